@@ -1,0 +1,108 @@
+// Command checkout serves the checkout API. `checkout migrate` applies the
+// database schema and exits; `checkout healthcheck` probes a running
+// instance (for container healthchecks, as the runtime image has no curl).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/database"
+	"github.com/resilientcheckout/checkout/internal/health"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "checkout:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: checkout [serve|migrate|healthcheck]"
+
+// run is main with its dependencies passed in, so tests start the real
+// wiring in-process on port :0.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	logger := newLogger(stdout, cfg.LogLevel)
+
+	command := "serve"
+	if len(args) > 1 {
+		command = args[1]
+	}
+	switch command {
+	case "serve":
+		return serve(ctx, cfg, logger)
+	case "migrate":
+		return migrate(ctx, cfg, logger)
+	case "healthcheck":
+		return health.Probe(ctx, cfg.HTTPAddr)
+	default:
+		fmt.Fprintln(stderr, usage)
+		return errors.New("unknown command " + command)
+	}
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // validated by loadConfig
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})).With("service", "checkout")
+}
+
+func migrate(ctx context.Context, cfg config, logger *slog.Logger) error {
+	pool, err := database.Open(ctx, cfg.Database)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := database.Migrate(ctx, pool, logger); err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "schema up to date")
+	return nil
+}
+
+func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	pool, err := database.Open(ctx, cfg.Database)
+	if err != nil {
+		return err
+	}
+	defer pool.Close() // last: after the server has drained its requests
+
+	reg := newRegistry()
+	handler := api.NewServer(api.Deps{
+		Logger:   logger,
+		Metrics:  reg,
+		Database: pingDatabase(pool),
+	})
+	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.ResilienceMode, "payment_url", cfg.PaymentURL)
+	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func pingDatabase(pool *pgxpool.Pool) health.Check {
+	return func(ctx context.Context) error { return pool.Ping(ctx) }
+}
