@@ -1,0 +1,237 @@
+package paymentsim
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+const (
+	// maxBodyBytes bounds a charge request; a real one is about a hundred bytes.
+	maxBodyBytes = 16 << 10
+	// declinedMethod is the test payment method that is always declined, as in Stripe's test mode.
+	declinedMethod = "pm_card_chargeDeclined"
+)
+
+// chargeRequest is the body of POST /v1/charges. Two requests with one Idempotency-Key must
+// carry equal chargeRequests, so the type stays comparable.
+type chargeRequest struct {
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"payment_method"`
+	Reference     string `json:"reference"`
+}
+
+// charge is the body of a 201 response.
+type charge struct {
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	Amount    int64  `json:"amount"`
+	Currency  string `json:"currency"`
+	Reference string `json:"reference"`
+}
+
+// decodeCharge reads one strict JSON object: unknown fields, trailing data and invalid values
+// are errors, so a client bug surfaces as a 400 instead of a charge for the wrong amount.
+func decodeCharge(r io.Reader) (chargeRequest, error) {
+	var req chargeRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return chargeRequest{}, err
+	}
+	if err := req.validate(); err != nil {
+		return chargeRequest{}, err
+	}
+	return req, nil
+}
+
+// decodeStrict decodes exactly one JSON value into v, rejecting unknown fields and trailing
+// data.
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode body: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("decode body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func (req chargeRequest) validate() error {
+	switch {
+	case req.Amount <= 0:
+		return errors.New("amount must be a positive integer of minor units")
+	case !isCurrency(req.Currency):
+		return errors.New("currency must be three uppercase letters")
+	case !isToken(req.PaymentMethod, 64):
+		return errors.New("payment_method must be 1 to 64 visible ASCII characters")
+	case !isToken(req.Reference, 255):
+		return errors.New("reference must be 1 to 255 visible ASCII characters")
+	}
+	return nil
+}
+
+func isCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is 1 to maxLen characters of visible ASCII (0x21–0x7E), the
+// alphabet of idempotency keys, payment methods and references.
+func isToken(s string, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// handleCharge serves POST /v1/charges: faults first (they stand for trouble in front of the
+// provider's ledger), then validation, then the ledger, then processing.
+func (s *Simulator) handleCharge() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		done := s.inflight.add()
+		outcome := s.serveCharge(w, r)
+		done()
+		s.metrics.observe(outcome, time.Since(start))
+	}
+}
+
+func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request) outcome {
+	fault := s.faults.active(time.Now())
+	if out, stop := s.injectFault(w, r, fault); stop {
+		return out
+	}
+
+	key := r.Header.Get("Idempotency-Key")
+	if !isToken(key, 255) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key must be 1 to 255 visible ASCII characters")
+		return outcomeInvalid
+	}
+	req, err := decodeCharge(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return outcomeInvalid
+	}
+
+	e, c := s.ledger.claim(key, req)
+	switch c {
+	case claimDone:
+		writeResponse(w, e.resp, true)
+		return outcomeReplayed
+	case claimInFlight:
+		writeError(w, http.StatusConflict, "idempotency_error", "a request with this Idempotency-Key is still in progress")
+		return outcomeConflict
+	case claimMismatch:
+		writeError(w, http.StatusUnprocessableEntity, "idempotency_error", "this Idempotency-Key was used with different parameters")
+		return outcomeMismatch
+	}
+
+	// A real provider finishes what it started even if the caller hung up, which is why a
+	// caller's timeout alone does not relieve a slow provider.
+	resp, out := s.process(context.WithoutCancel(r.Context()), req, time.Duration(fault.Latency))
+	s.ledger.finish(e, resp, out == outcomeSucceeded)
+
+	if fault.ResetAfterCharge {
+		dropConnection(w)
+		return outcomeResetAfterCharge
+	}
+	writeResponse(w, resp, false)
+	return out
+}
+
+// process takes the configured time, then charges or declines. ctx carries no cancellation
+// from the client, only values.
+func (s *Simulator) process(ctx context.Context, req chargeRequest, extra time.Duration) (response, outcome) {
+	sleep(ctx, s.latency()+extra)
+	if req.PaymentMethod == declinedMethod {
+		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), outcomeDeclined
+	}
+	return jsonResponse(http.StatusCreated, charge{
+		ID:        "ch_" + rand.Text(),
+		Status:    "succeeded",
+		Amount:    req.Amount,
+		Currency:  req.Currency,
+		Reference: req.Reference,
+	}), outcomeSucceeded
+}
+
+// latency draws this request's processing time from Latency ± Jitter.
+func (s *Simulator) latency() time.Duration {
+	spread := time.Duration((2*s.random() - 1) * float64(s.cfg.Jitter))
+	return max(s.cfg.Latency+spread, 0)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// response is a finished answer as the ledger keeps it, so a replay is byte-for-byte identical.
+type response struct {
+	status int
+	body   []byte
+}
+
+func jsonResponse(status int, v any) response {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		// Only our own fixed types are encoded here; failing is a programming error.
+		panic(fmt.Sprintf("paymentsim: encode %T: %v", v, err))
+	}
+	return response{status: status, body: buf.Bytes()}
+}
+
+// errorResponse builds the provider's error body, {"error":{"type":…,"message":…}}.
+func errorResponse(status int, typ, message string) response {
+	type detail struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	return jsonResponse(status, struct {
+		Error detail `json:"error"`
+	}{detail{typ, message}})
+}
+
+func writeResponse(w http.ResponseWriter, resp response, replayed bool) {
+	w.Header().Set("Content-Type", "application/json")
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(resp.status)
+	_, _ = w.Write(resp.body) // The client may be gone; there is nobody to tell.
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeResponse(w, jsonResponse(status, v), false)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, message string) {
+	writeResponse(w, errorResponse(status, typ, message), false)
+}

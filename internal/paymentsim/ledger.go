@@ -1,0 +1,122 @@
+package paymentsim
+
+import (
+	"maps"
+	"sync"
+)
+
+// claim is what the ledger says about an incoming Idempotency-Key.
+type claim int
+
+const (
+	claimNew      claim = iota // first use: the caller processes it and calls finish
+	claimDone                  // finished earlier: replay the stored response
+	claimInFlight              // a request with this key is still processing
+	claimMismatch              // the key was used with other parameters
+)
+
+// entry is one idempotency key's record. resp is written once, under the ledger's lock, and
+// never changes after done is set, so replays may read it without the lock.
+type entry struct {
+	params chargeRequest
+	done   bool
+	resp   response
+	gen    int
+}
+
+// Stats are the ledger's figures for an experiment; DuplicateReferences must stay 0 while
+// clients behave.
+type Stats struct {
+	// TotalCharges counts successful charges.
+	TotalCharges int `json:"total_charges"`
+	// Declines counts declined charge attempts.
+	Declines int `json:"declines"`
+	// ChargesByReference counts successful charges per reference (order id).
+	ChargesByReference map[string]int `json:"charges_by_reference"`
+	// DuplicateReferences counts references charged successfully more than once, which can only
+	// happen through different idempotency keys (or a key evicted from the ledger).
+	DuplicateReferences int `json:"duplicate_references"`
+	// IdempotencyKeys is how many keys the ledger holds.
+	IdempotencyKeys int `json:"idempotency_keys"`
+	// InFlight is how many charge requests are being processed now.
+	InFlight int `json:"in_flight"`
+	// MaxInFlight is the most charge requests processed at once since start or reset.
+	MaxInFlight int `json:"max_in_flight"`
+}
+
+// ledger is the provider's memory of idempotency keys and charges.
+type ledger struct {
+	mu         sync.Mutex
+	cap        int
+	gen        int // bumped by reset, so charges begun before it do not count after it
+	entries    *boundedMap[string, *entry]
+	byRef      *boundedMap[string, int]
+	charges    int
+	declines   int
+	duplicates int
+}
+
+func newLedger(capacity int) *ledger {
+	l := &ledger{cap: capacity}
+	l.reset()
+	return l
+}
+
+// claim looks key up and, on first use, records it as in flight.
+func (l *ledger) claim(key string, req chargeRequest) (*entry, claim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.entries.get(key)
+	switch {
+	case !ok:
+		e = &entry{params: req, gen: l.gen}
+		l.entries.put(key, e)
+		return e, claimNew
+	case e.params != req:
+		return e, claimMismatch
+	case !e.done:
+		return e, claimInFlight
+	}
+	return e, claimDone
+}
+
+// finish stores a claimed key's response for replays and counts the outcome.
+func (l *ledger) finish(e *entry, resp response, charged bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.resp, e.done = resp, true
+	if e.gen != l.gen {
+		return
+	}
+	if !charged {
+		l.declines++
+		return
+	}
+	l.charges++
+	n, _ := l.byRef.get(e.params.Reference)
+	l.byRef.put(e.params.Reference, n+1)
+	if n == 1 {
+		l.duplicates++
+	}
+}
+
+func (l *ledger) stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{
+		TotalCharges:        l.charges,
+		Declines:            l.declines,
+		ChargesByReference:  maps.Collect(l.byRef.all()),
+		DuplicateReferences: l.duplicates,
+		IdempotencyKeys:     l.entries.len(),
+	}
+}
+
+func (l *ledger) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gen++
+	l.entries = newBoundedMap[string, *entry](l.cap)
+	l.byRef = newBoundedMap[string, int](l.cap)
+	l.charges, l.declines, l.duplicates = 0, 0, 0
+}

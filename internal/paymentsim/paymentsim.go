@@ -1,0 +1,115 @@
+// Package paymentsim simulates the outside payment provider that checkout charges.
+//
+// It serves the provider protocol (POST /v1/charges) the way a real provider does: an
+// Idempotency-Key ledger, replays of finished requests, declines, ~200 ms of latency, and
+// charges that complete even when the caller has already given up. Faults (latency, errors,
+// hangs, outages, refused connections, lost responses) can be switched on, or scheduled, at
+// runtime through an admin API, so the demo, the experiment and the tests can break the
+// provider on purpose and watch checkout cope.
+//
+// The package deliberately shares no code with internal/payment, the client: shared protocol
+// code would mirror a bug on both sides and hide it from the tests.
+package paymentsim
+
+import (
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for Config. The latency is the "provider answers in ~200 ms" figure of the article
+// this project reproduces.
+const (
+	DefaultLatency   = 200 * time.Millisecond
+	DefaultJitter    = 20 * time.Millisecond
+	DefaultLedgerCap = 100_000
+)
+
+// Config configures a Simulator. Latency and Jitter are used as given (zero means instant
+// answers, which tests rely on); the other zero values pick a default.
+type Config struct {
+	// Latency is how long processing a charge takes before any injected fault latency.
+	Latency time.Duration
+	// Jitter spreads Latency uniformly over [Latency-Jitter, Latency+Jitter].
+	Jitter time.Duration
+	// LedgerCap bounds the idempotency keys, and separately the references, kept in memory;
+	// the oldest are evicted first. A key evicted while its charge is still processing, or
+	// reused after eviction, is processed as new, as with a provider whose keys expired.
+	LedgerCap int
+	// AdminToken, when set, must be sent as "Authorization: Bearer <token>" to the admin API.
+	AdminToken string
+	// Logger receives one line per fault change; nil discards.
+	Logger *slog.Logger
+	// Random returns a number in [0, 1) for jitter and error rates; tests inject a fixed one.
+	Random func() float64
+}
+
+// Simulator is the payment provider. It is an http.Handler serving the protocol, /health,
+// /metrics and the admin API under /admin/.
+type Simulator struct {
+	cfg      Config
+	logger   *slog.Logger
+	random   func() float64
+	ledger   *ledger
+	faults   *schedule
+	inflight *inflight
+	metrics  *metrics
+	registry *prometheus.Registry
+	mux      *http.ServeMux
+}
+
+// New returns a Simulator with an empty ledger and no faults.
+func New(cfg Config) *Simulator {
+	if cfg.LedgerCap <= 0 {
+		cfg.LedgerCap = DefaultLedgerCap
+	}
+	s := &Simulator{
+		cfg:      cfg,
+		logger:   cfg.Logger,
+		random:   cfg.Random,
+		ledger:   newLedger(cfg.LedgerCap),
+		faults:   &schedule{},
+		registry: prometheus.NewRegistry(),
+		mux:      http.NewServeMux(),
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.random == nil {
+		s.random = rand.Float64
+	}
+	s.metrics = newMetrics(s.registry)
+	s.inflight = newInflight(s.metrics)
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// Idle returns a channel that is closed once no charge request is being processed. Requests
+// keep processing after their client has gone, so shutdown and tests wait on it to know every
+// charge has been recorded.
+func (s *Simulator) Idle() <-chan struct{} {
+	return s.inflight.idle()
+}
+
+// Stats returns the ledger statistics served by GET /admin/stats.
+func (s *Simulator) Stats() Stats {
+	st := s.ledger.stats()
+	st.InFlight, st.MaxInFlight = s.inflight.counts()
+	return st
+}
+
+// Reset forgets every idempotency key and charge and restarts the max in-flight count, so
+// experiments can be repeated on a clean provider. Faults are left as they are.
+func (s *Simulator) Reset() {
+	s.ledger.reset()
+	s.inflight.resetMax()
+}

@@ -1,0 +1,28 @@
+package paymentsim
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes lists every endpoint in one place. The admin API lives under its own prefix so it can
+// be guarded (and firewalled) separately from the public protocol path.
+func (s *Simulator) routes() {
+	s.mux.Handle("POST /v1/charges", s.handleCharge())
+	s.mux.Handle("GET /health", handleHealth())
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+
+	admin := requireToken(s.cfg.AdminToken)
+	s.mux.Handle("GET /admin/faults", admin(s.handleListFaults()))
+	s.mux.Handle("POST /admin/faults", admin(s.handleAddFault()))
+	s.mux.Handle("DELETE /admin/faults", admin(s.handleClearFaults()))
+	s.mux.Handle("GET /admin/stats", admin(s.handleStats()))
+	s.mux.Handle("POST /admin/reset", admin(s.handleReset()))
+}
+
+func handleHealth() http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
