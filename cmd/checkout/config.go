@@ -5,6 +5,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
 // config is every setting of the checkout binary, read from the environment
@@ -24,7 +25,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
-		LogLevel:        env.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		Database: database.Config{
 			URL:              env.URL("DATABASE_URL", defaultDatabaseURL, "postgres", "postgresql"),

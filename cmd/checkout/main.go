@@ -14,13 +14,12 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/health"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
+	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
 func main() {
@@ -42,7 +41,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger := newLogger(stdout, cfg.LogLevel)
+	logger := telemetry.NewLogger(stdout, cfg.LogLevel, "checkout")
 
 	command := "serve"
 	if len(args) > 1 {
@@ -59,12 +58,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, usage)
 		return errors.New("unknown command " + command)
 	}
-}
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level)) // validated by loadConfig
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})).With("service", "checkout")
 }
 
 func migrate(ctx context.Context, cfg config, logger *slog.Logger) error {
@@ -87,7 +80,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	defer pool.Close() // last: after the server has drained its requests
 
-	reg := newRegistry()
+	reg := telemetry.NewRegistry()
 	handler := api.NewServer(api.Deps{
 		Logger:   logger,
 		Metrics:  reg,
@@ -95,12 +88,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	})
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.ResilienceMode, "payment_url", cfg.PaymentURL)
 	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
-}
-
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
 }
 
 func pingDatabase(pool *pgxpool.Pool) health.Check {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/resilientcheckout/checkout/internal/health"
 )
@@ -25,10 +24,6 @@ type Deps struct {
 // NewServer returns checkout's root handler.
 func NewServer(d Deps) http.Handler {
 	return routes(d)
-}
-
-func metricsHandler(reg *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
 
 // readyTimeout keeps /ready under the 2 s probe timeout orchestrators use by
