@@ -1,0 +1,255 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+)
+
+// State is a circuit breaker state.
+type State uint8
+
+// The states, numbered as gobreaker numbers them (and as the
+// resilience_breaker_state gauge reports them).
+const (
+	StateClosed   = State(gobreaker.StateClosed)
+	StateHalfOpen = State(gobreaker.StateHalfOpen)
+	StateOpen     = State(gobreaker.StateOpen)
+)
+
+func (s State) String() string { return gobreaker.State(s).String() }
+
+var (
+	// ErrOpen means the breaker is open and refused the call without making
+	// it. Policy.RetryAfter says when it will let a probe through.
+	ErrOpen = errors.New("resilience: circuit breaker is open")
+	// ErrTooManyRequests means the breaker is half-open and all its probes
+	// are in flight, so it refused the call without making it.
+	ErrTooManyRequests = errors.New("resilience: circuit breaker is half-open and its probes are in flight")
+)
+
+// What a call reports to gobreaker. The caller's classifier has already
+// judged the call's error, so gobreaker's callbacks only compare sentinels
+// and never run caller code under gobreaker's lock.
+var (
+	reportFailure  = errors.New("failure")
+	reportSlow     = errors.New("slow call")
+	reportExcluded = errors.New("excluded")
+)
+
+// breaker is gobreaker's two-step breaker plus the two rules it lacks: a
+// count window judged by failure rate, and slow calls counted while they
+// are still running.
+type breaker struct {
+	cb          *gobreaker.TwoStepCircuitBreaker[struct{}]
+	slowAfter   time.Duration
+	openFor     time.Duration // OpenDuration plus this instance's jitter
+	minCalls    int
+	failureRate float64
+	slowRate    float64
+
+	// win is only touched from gobreaker's callbacks (IsSuccessful,
+	// ReadyToTrip, OnStateChange), which all run under gobreaker's mutex,
+	// so it needs no lock of its own.
+	win window
+
+	// openUntil is when the open state ends, as an offset from epoch (a
+	// monotonic reading); 0 while the breaker is not open. OnStateChange
+	// writes it under gobreaker's lock; RetryAfter reads it without that
+	// lock, hence the atomic.
+	epoch     time.Time
+	openUntil atomic.Int64
+
+	calls       callCounters
+	stateGauge  prometheus.Gauge
+	transitions *prometheus.CounterVec
+	name        string
+	log         *slog.Logger
+
+	// pool recycles call trackers, timers included, so the closed path
+	// does not allocate a timer per call.
+	pool sync.Pool
+}
+
+func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(int64) int64) *breaker {
+	b := &breaker{
+		slowAfter:   cfg.SlowCallThreshold,
+		openFor:     cfg.OpenDuration,
+		minCalls:    cfg.MinCalls,
+		failureRate: cfg.FailureRate,
+		slowRate:    cfg.SlowCallRate,
+		win:         newWindow(cfg.WindowSize),
+		epoch:       time.Now(),
+		calls:       m.callCounters(name),
+		stateGauge:  m.breakerState.WithLabelValues(name),
+		transitions: m.breakerTransitions,
+		name:        name,
+		log:         log,
+	}
+	// gobreaker fixes the open duration per instance, so the jitter is per
+	// instance too. That is what keeps replicas that opened together from
+	// probing the recovering dependency in lockstep.
+	if cfg.OpenJitter > 0 {
+		b.openFor += time.Duration(rnd(int64(cfg.OpenJitter)))
+	}
+	b.pool.New = func() any {
+		c := &call{b: b}
+		c.timer = time.AfterFunc(time.Hour, c.onSlow)
+		c.timer.Stop()
+		return c
+	}
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        name,
+		MaxRequests: uint32(cfg.HalfOpenProbes),
+		// Interval 0: gobreaker never clears its own counts while closed.
+		// The count window does the forgetting, and ReadyToTrip ignores
+		// gobreaker's counts.
+		Interval:      0,
+		Timeout:       b.openFor,
+		ReadyToTrip:   func(gobreaker.Counts) bool { return b.win.tripped(b.minCalls, b.failureRate, b.slowRate) },
+		OnStateChange: b.onStateChange,
+		IsExcluded:    func(err error) bool { return err == reportExcluded },
+		IsSuccessful:  b.record,
+	})
+	b.stateGauge.Set(float64(StateClosed))
+	return b
+}
+
+// record adds a reported outcome to the count window. gobreaker calls it
+// (as IsSuccessful) exactly once per outcome it counts, under its lock, and
+// only after discarding outcomes of calls admitted before the last state
+// change. Recording here keeps the window in step with gobreaker's
+// generations: a hung call that finally returns after the breaker opened
+// cannot pollute the next window.
+func (b *breaker) record(err error) bool {
+	switch err {
+	case nil:
+		b.win.add(succeeded)
+		return true
+	case reportSlow:
+		b.win.add(slow)
+	default:
+		b.win.add(failed)
+	}
+	return false
+}
+
+// onStateChange runs under gobreaker's lock, so it must not call back into
+// the breaker: it reads and resets the window (guarded by that same lock),
+// records when the open state ends, and reports.
+func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
+	now := time.Now()
+	cause := b.win
+	b.win.reset()
+	if to == gobreaker.StateOpen {
+		b.openUntil.Store(int64(now.Sub(b.epoch) + b.openFor))
+	} else {
+		b.openUntil.Store(0)
+	}
+	b.stateGauge.Set(float64(to))
+	b.transitions.WithLabelValues(name, from.String(), to.String()).Inc()
+	level := slog.LevelInfo
+	if to == gobreaker.StateOpen {
+		level = slog.LevelWarn
+	}
+	b.log.LogAttrs(context.Background(), level, "circuit breaker state changed",
+		slog.String("name", name),
+		slog.String("from", from.String()),
+		slog.String("to", to.String()),
+		slog.Int("window_calls", cause.calls),
+		slog.Int("window_failures", cause.failures),
+		slog.Int("window_slow", cause.slow),
+	)
+}
+
+// state asks gobreaker, which also moves an expired open state to half-open.
+func (b *breaker) state() State { return State(b.cb.State()) }
+
+// retryAfter is how long until the breaker lets a probe through: what is
+// left of the open state, or 0 when it is not open.
+func (b *breaker) retryAfter() time.Duration {
+	until := b.openUntil.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(time.Duration(until)-time.Since(b.epoch), 0)
+}
+
+// allow asks gobreaker to admit a call. The tracker it returns must be
+// finished exactly once (finish or reject).
+func (b *breaker) allow() (*call, error) {
+	done, err := b.cb.Allow()
+	if err != nil {
+		b.calls.rejected.Inc()
+		if err == gobreaker.ErrOpenState {
+			return nil, ErrOpen
+		}
+		return nil, ErrTooManyRequests
+	}
+	c := b.pool.Get().(*call)
+	c.done = done
+	c.armed = false
+	// The store publishes done to the timer goroutine, whose CAS reads it.
+	c.state.Store(running)
+	return c, nil
+}
+
+// call tracks one admitted call so that its outcome reaches gobreaker
+// exactly once: either from the slow timer, the moment the call passes the
+// slow threshold, or from the call's completion, whichever comes first.
+type call struct {
+	b     *breaker
+	done  func(error) // gobreaker's report callback for this call
+	timer *time.Timer // fires onSlow at the slow threshold
+	armed bool
+	state atomic.Uint32
+}
+
+const (
+	running uint32 = iota
+	finished
+	reportedSlow
+)
+
+// startClock starts the slow-call timer. The stack calls it once the call
+// holds a bulkhead slot, so time spent queueing for a slot, which says
+// nothing about the dependency, does not count.
+func (c *call) startClock() {
+	c.armed = true
+	c.timer.Reset(c.b.slowAfter)
+}
+
+// onSlow runs on the timer's goroutine while the call is still in flight.
+// Reporting now, rather than when the call returns, is what trips the
+// breaker while hung calls are still holding connections (gobreaker #91).
+func (c *call) onSlow() {
+	if !c.state.CompareAndSwap(running, reportedSlow) {
+		return // the call finished first
+	}
+	c.b.calls.slow.Inc()
+	c.done(reportSlow)
+}
+
+// finish reports how the call ended, unless onSlow already reported it as
+// slow, in which case the result still goes back to the caller but the
+// breaker hears nothing more.
+func (c *call) finish(report error, counter prometheus.Counter) {
+	if !c.state.CompareAndSwap(running, finished) {
+		return
+	}
+	// Recycle only when the timer provably never fired: if Stop is too
+	// late, onSlow may still be running and reading c.
+	recycle := !c.armed || c.timer.Stop()
+	counter.Inc()
+	c.done(report)
+	if recycle {
+		c.done = nil
+		c.b.pool.Put(c)
+	}
+}

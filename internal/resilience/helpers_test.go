@@ -1,0 +1,153 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// The fake dependency's answers. Tests run inside synctest bubbles, where
+// time.Sleep advances a fake clock, so "slow" costs no real time.
+var (
+	errUnavailable = errors.New("503 service unavailable") // Transient
+	errDeclined    = errors.New("402 card declined")       // Final
+)
+
+func classify(err error) Class {
+	if errors.Is(err, errDeclined) {
+		return Final
+	}
+	return Transient
+}
+
+type step int
+
+const (
+	ok step = iota
+	fail
+	decline
+	slowOK // succeeds after 450 ms, past the 400 ms threshold
+)
+
+func (s step) call(ctx context.Context) (string, error) {
+	switch s {
+	case fail:
+		return "", errUnavailable
+	case decline:
+		return "", errDeclined
+	case slowOK:
+		time.Sleep(450 * time.Millisecond)
+	}
+	return "ch_1", nil
+}
+
+// bundle is what setup returns: a policy, its metrics, and the breaker
+// transitions it logged.
+type bundle struct {
+	p     *Policy
+	m     *Metrics
+	trans *transitions
+}
+
+// setup builds a policy from DefaultConfig, changed by edit, with jitter
+// off unless edit sets it. Call it inside the synctest bubble.
+func setup(t *testing.T, edit func(*Config)) bundle {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.OpenJitter = 0
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &transitions{}
+	p, err := New("payment", cfg, Options{
+		Classify: classify,
+		Metrics:  m,
+		Logger:   slog.New(tr),
+		Rand:     func(n int64) int64 { return n - 1 }, // the longest jitter and backoff
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{p: p, m: m, trans: tr}
+}
+
+func (b bundle) do(s step) (string, error) {
+	return Do(context.Background(), b.p, s.call)
+}
+
+// calls returns resilience_calls_total for one outcome.
+func (b bundle) calls(t *testing.T, outcome string) int {
+	t.Helper()
+	return int(counterValue(t, b.m.calls.WithLabelValues(b.p.Name(), outcome)))
+}
+
+func counterValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
+
+// transitions is a slog.Handler that keeps the breaker's state-change
+// records, with the fake time they were logged at.
+type transitions struct {
+	mu      sync.Mutex
+	records []transition
+}
+
+type transition struct {
+	at                         time.Time
+	from, to                   string
+	calls, failures, slowCalls int64
+}
+
+func (h *transitions) Enabled(context.Context, slog.Level) bool { return true }
+func (h *transitions) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *transitions) WithGroup(string) slog.Handler            { return h }
+
+func (h *transitions) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "circuit breaker state changed" {
+		return nil
+	}
+	tr := transition{at: r.Time}
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "from":
+			tr.from = a.Value.String()
+		case "to":
+			tr.to = a.Value.String()
+		case "window_calls":
+			tr.calls = a.Value.Int64()
+		case "window_failures":
+			tr.failures = a.Value.Int64()
+		case "window_slow":
+			tr.slowCalls = a.Value.Int64()
+		}
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, tr)
+	return nil
+}
+
+func (h *transitions) all() []transition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]transition(nil), h.records...)
+}

@@ -1,0 +1,238 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrTimeout wraps the call's error when an attempt ran out of its
+// per-attempt timeout (and not out of the caller's deadline).
+var ErrTimeout = errors.New("resilience: attempt timed out")
+
+// Class says what an error returned by the protected call means for the
+// stack. The package cannot know; the caller's [Options.Classify] decides.
+type Class uint8
+
+const (
+	// Transient means the dependency is in trouble (5xx, 429, connection
+	// refused, unparseable answer): the error counts as a breaker failure
+	// and the call is worth another attempt.
+	Transient Class = iota
+	// Final means the dependency answered and another attempt would get
+	// the same answer (a card decline, a 4xx): it is neither a breaker
+	// failure nor retried.
+	Final
+)
+
+// Options carries what a Policy needs besides numbers.
+type Options struct {
+	// Classify judges the errors the call returns. nil treats every error
+	// as Transient. It never sees caller cancellation or attempt timeouts:
+	// the policy recognises those itself (excluded and Transient).
+	Classify func(error) Class
+	// Metrics receives the policy's metrics; nil keeps them unregistered.
+	Metrics *Metrics
+	// Logger receives breaker transitions and retries; nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Rand returns a uniform int64 in [0, n) for backoff and open-duration
+	// jitter; nil means math/rand/v2's Int64N. Tests inject their own.
+	Rand func(n int64) int64
+}
+
+// Policy protects calls to one named dependency. It is safe for concurrent
+// use; build one per dependency and process role (the API and the worker
+// each have their own, as DESIGN.md asks) and share it.
+type Policy struct {
+	name     string
+	cfg      Config
+	classify func(error) Class
+	rnd      func(int64) int64
+	log      *slog.Logger
+	breaker  *breaker  // nil unless ModeProtected
+	bulkhead *bulkhead // nil unless ModeProtected
+	retries  prometheus.Counter
+	backoffs prometheus.Observer
+}
+
+// New builds the policy for the dependency called name; name labels its
+// metrics and logs.
+func New(name string, cfg Config, opts Options) (*Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("resilience policy %q: %w", name, err)
+	}
+	m := opts.Metrics
+	if m == nil {
+		m, _ = NewMetrics(nil) // cannot fail without a registry
+	}
+	p := &Policy{
+		name:     name,
+		cfg:      cfg,
+		classify: opts.Classify,
+		rnd:      opts.Rand,
+		log:      opts.Logger,
+		retries:  m.retryAttempts.WithLabelValues(name),
+		backoffs: m.retryBackoff.WithLabelValues(name),
+	}
+	if p.classify == nil {
+		p.classify = func(error) Class { return Transient }
+	}
+	if p.rnd == nil {
+		p.rnd = rand.Int64N
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if cfg.Mode == ModeProtected {
+		p.breaker = newBreaker(name, cfg, m, p.log, p.rnd)
+		p.bulkhead = newBulkhead(cfg.BulkheadSize, cfg.BulkheadWait,
+			m.bulkheadInUse.WithLabelValues(name), m.bulkheadRejected.WithLabelValues(name))
+	}
+	return p, nil
+}
+
+// Name returns the dependency's name.
+func (p *Policy) Name() string { return p.name }
+
+// Mode returns the mode the policy was built with.
+func (p *Policy) Mode() Mode { return p.cfg.Mode }
+
+// State returns the breaker's state; always closed outside ModeProtected.
+func (p *Policy) State() State {
+	if p.breaker == nil {
+		return StateClosed
+	}
+	return p.breaker.state()
+}
+
+// RetryAfter returns how long until the breaker lets a probe through: what
+// is left of its open state, 0 when it is not open. Callers use it for the
+// HTTP Retry-After header and to schedule or snooze background retries so
+// they don't pile onto a dependency the breaker knows is failing.
+func (p *Policy) RetryAfter() time.Duration {
+	if p.breaker == nil {
+		return 0
+	}
+	return p.breaker.retryAfter()
+}
+
+// Do calls fn through p's layers, outermost first: retry, circuit breaker,
+// bulkhead, per-attempt timeout. fn must honour the context it is given.
+//
+// It returns fn's result, or an error the caller can turn into a fallback
+// decision with errors.Is: ErrOpen or ErrTooManyRequests (the breaker
+// refused, see RetryAfter), ErrBulkheadFull, ErrTimeout (the last attempt
+// timed out), or fn's own error. Errors are wrapped, never replaced, so
+// fn's error stays reachable with errors.Is and errors.As.
+func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (T, error) {
+	switch p.cfg.Mode {
+	case ModeNone:
+		return fn(ctx)
+	case ModeTimeout:
+		v, _, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
+		return v, err
+	}
+	var prev error
+	for n := 1; ; n++ {
+		if !budgetAllows(ctx, 0) {
+			var zero T
+			if prev != nil {
+				return zero, prev
+			}
+			return zero, ctx.Err()
+		}
+		v, retry, err := attempt(ctx, p, fn)
+		if err == nil {
+			return v, nil
+		}
+		if prev != nil && (err == ErrOpen || err == ErrTooManyRequests) {
+			// Keep the failure that made us retry; the rejection is what
+			// the caller's fallback decides on.
+			err = fmt.Errorf("%w (attempt %d); attempt %d: %w", err, n, n-1, prev)
+		}
+		if !retry || n == p.cfg.MaxAttempts {
+			return v, err
+		}
+		delay := backoff(n, p.cfg.BackoffBase, p.cfg.BackoffMax, p.rnd)
+		if !budgetAllows(ctx, delay) {
+			return v, err // sleeping would run into the caller's deadline
+		}
+		p.retries.Inc()
+		p.backoffs.Observe(delay.Seconds())
+		p.log.LogAttrs(ctx, slog.LevelInfo, "retrying call",
+			slog.String("name", p.name), slog.Int("attempt", n+1),
+			slog.Duration("backoff", delay), slog.String("error", err.Error()))
+		if !sleep(ctx, delay) {
+			return v, err
+		}
+		prev = err
+	}
+}
+
+// attempt makes one attempt through the breaker, the bulkhead and the
+// per-attempt timeout, and reports whether another attempt may help.
+func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (v T, retry bool, err error) {
+	c, err := p.breaker.allow()
+	if err != nil {
+		return v, false, err // the breaker's verdict: retrying would only be refused again
+	}
+	if err := p.bulkhead.acquire(ctx); err != nil {
+		// A full bulkhead or a caller that gave up while queueing says
+		// nothing about the dependency: excluded, and not retried, since
+		// another attempt would only add to the load that filled it.
+		counter := p.breaker.calls.rejected
+		if err != ErrBulkheadFull {
+			counter = p.breaker.calls.excluded
+		}
+		c.finish(reportExcluded, counter)
+		return v, false, err
+	}
+	c.startClock()
+	completed := false
+	defer func() {
+		// fn panicked (or called runtime.Goexit): free the slot and report
+		// a failure, or a half-open breaker would wait for this probe
+		// forever. The panic carries on.
+		if !completed {
+			p.bulkhead.release()
+			c.finish(reportFailure, p.breaker.calls.failure)
+		}
+	}()
+	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
+	completed = true
+	p.bulkhead.release()
+	calls := &p.breaker.calls
+	switch {
+	case err == nil:
+		c.finish(nil, calls.success)
+	case timedOut:
+		c.finish(reportFailure, calls.failure)
+		retry = true
+	case ctx.Err() != nil:
+		c.finish(reportExcluded, calls.excluded) // the caller gave up, not the dependency
+	case p.classify(err) == Transient:
+		c.finish(reportFailure, calls.failure)
+		retry = true
+	default:
+		c.finish(reportExcluded, calls.excluded)
+	}
+	return v, retry, err
+}
+
+// withTimeout is the innermost layer: fn gets at most d, and a timeout of
+// its own (not the caller's deadline) comes back wrapped in ErrTimeout.
+func withTimeout[T any](ctx context.Context, d time.Duration, fn func(context.Context) (T, error)) (v T, timedOut bool, err error) {
+	actx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	v, err = fn(actx)
+	if err != nil && ctx.Err() == nil && actx.Err() == context.DeadlineExceeded {
+		return v, true, fmt.Errorf("%w after %v: %w", ErrTimeout, d, err)
+	}
+	return v, false, err
+}

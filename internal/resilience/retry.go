@@ -1,0 +1,49 @@
+package resilience
+
+import (
+	"context"
+	"time"
+)
+
+// backoff is the full-jitter delay before retry n (n ≥ 1): uniform in
+// [0, min(max, base·2^(n-1))). Full jitter spreads the retries of callers
+// that failed together (AWS Architecture Blog, "Exponential Backoff And
+// Jitter"), which matters here because a provider outage fails every
+// in-flight call at once.
+func backoff(n int, base, maxDelay time.Duration, rnd func(int64) int64) time.Duration {
+	ceiling := base
+	for i := 1; i < n && ceiling < maxDelay; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, maxDelay)
+	if ceiling <= 0 {
+		return 0
+	}
+	return time.Duration(rnd(int64(ceiling)))
+}
+
+// sleep waits d unless ctx ends first, and reports whether it slept it all.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// budgetAllows reports whether ctx leaves more than d before its deadline,
+// so the policy never sleeps into, or starts an attempt past, the
+// caller's deadline.
+func budgetAllows(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) > d
+}
