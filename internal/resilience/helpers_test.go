@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -33,6 +34,7 @@ const (
 	fail
 	decline
 	slowOK // succeeds after 450 ms, past the 400 ms threshold
+	hang   // returns only when its context ends
 )
 
 func (s step) call(ctx context.Context) (string, error) {
@@ -43,6 +45,9 @@ func (s step) call(ctx context.Context) (string, error) {
 		return "", errDeclined
 	case slowOK:
 		time.Sleep(450 * time.Millisecond)
+	case hang:
+		<-ctx.Done()
+		return "", fmt.Errorf("post charge: %w", ctx.Err())
 	}
 	return "ch_1", nil
 }

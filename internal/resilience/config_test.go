@@ -1,0 +1,89 @@
+package resilience
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseMode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    Mode
+		wantErr bool
+	}{
+		{"", ModeProtected, false},
+		{"protected", ModeProtected, false},
+		{"timeout", ModeTimeout, false},
+		{"none", ModeNone, false},
+		{"Protected", 0, true},
+		{"off", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseMode(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseMode(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil && tt.in != "" && got.String() != tt.in {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), tt.in)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string // "" for valid; otherwise the field the error must name
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"no jitter, no bulkhead wait", func(c *Config) { c.OpenJitter, c.BulkheadWait = 0, 0 }, ""},
+		{"unknown mode", func(c *Config) { c.Mode = 7 }, "Mode"},
+		{"zero attempt timeout", func(c *Config) { c.AttemptTimeout = 0 }, "AttemptTimeout"},
+		{"no attempts", func(c *Config) { c.MaxAttempts = 0 }, "MaxAttempts"},
+		{"backoff cap below base", func(c *Config) { c.BackoffMax = time.Millisecond }, "BackoffMax"},
+		{"empty window", func(c *Config) { c.WindowSize, c.MinCalls = 0, 0 }, "WindowSize"},
+		{"min calls beyond window", func(c *Config) { c.MinCalls = 11 }, "MinCalls"},
+		{"failure rate over 1", func(c *Config) { c.FailureRate = 50 }, "FailureRate"},
+		{"zero slow rate", func(c *Config) { c.SlowCallRate = 0 }, "SlowCallRate"},
+		{"zero slow threshold", func(c *Config) { c.SlowCallThreshold = 0 }, "SlowCallThreshold"},
+		{"zero open duration", func(c *Config) { c.OpenDuration = 0 }, "OpenDuration"},
+		{"negative jitter", func(c *Config) { c.OpenJitter = -1 }, "OpenJitter"},
+		{"no probes", func(c *Config) { c.HalfOpenProbes = 0 }, "HalfOpenProbes"},
+		{"no bulkhead slots", func(c *Config) { c.BulkheadSize = 0 }, "BulkheadSize"},
+		{"negative bulkhead wait", func(c *Config) { c.BulkheadWait = -time.Second }, "BulkheadWait"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := DefaultConfig()
+			tt.edit(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate() = %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+	if _, err := New("payment", Config{}, Options{}); err == nil {
+		t.Error("New with a zero Config: err = nil, want the validation error")
+	}
+}
+
+func TestPoolConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []PoolConfig{{Size: 0}, {Size: 1, MaxWait: -1}} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%+v.Validate() = nil, want an error", cfg)
+		}
+	}
+	for _, cfg := range []PoolConfig{DefaultAPIPool(), DefaultHealthPool(), {Size: 1}} {
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%+v.Validate() = %v, want nil", cfg, err)
+		}
+	}
+}

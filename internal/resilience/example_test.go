@@ -1,0 +1,162 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resilientcheckout/checkout/internal/resilience"
+)
+
+// declinedError stands for the payment client's "card declined" answer: a
+// final business outcome, not provider trouble.
+type declinedError struct{ reason string }
+
+func (e *declinedError) Error() string { return "declined: " + e.reason }
+
+// classify is what the payment client passes as Options.Classify: a decline
+// is the provider working, so it must neither trip the breaker nor be
+// retried; everything else (5xx, 429, connection errors) is transient.
+func classify(err error) resilience.Class {
+	var d *declinedError
+	if errors.As(err, &d) {
+		return resilience.Final
+	}
+	return resilience.Transient
+}
+
+// Protect a dependency: one Policy per dependency, built once at start-up
+// from DefaultConfig (overridden from the environment), every call through
+// Do.
+func Example() {
+	reg := prometheus.NewRegistry()
+	metrics, err := resilience.NewMetrics(reg) // once per registry, shared
+	if err != nil {
+		panic(err)
+	}
+	payment, err := resilience.New("payment", resilience.DefaultConfig(), resilience.Options{
+		Classify: classify,
+		Metrics:  metrics,
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	chargeID, err := resilience.Do(context.Background(), payment, func(ctx context.Context) (string, error) {
+		// Here the payment client posts the charge with ctx, which carries
+		// the per-attempt timeout.
+		return "ch_123", nil
+	})
+	fmt.Println(chargeID, err)
+	// Output: ch_123 <nil>
+}
+
+// Turn the typed result into a fallback decision. A breaker rejection says
+// how long to wait before the next try, for Retry-After or to schedule the
+// background job. Here the first attempt fails and trips the breaker, so
+// the retry is refused; the error keeps both.
+func ExampleDo_fallback() {
+	cfg := resilience.DefaultConfig()
+	cfg.WindowSize, cfg.MinCalls = 1, 1 // trip on the first failure, for the example
+	cfg.OpenJitter = 0
+	payment, err := resilience.New("payment", cfg, resilience.Options{
+		Classify: classify,
+		Logger:   slog.New(slog.DiscardHandler), // keep transition logs out of the example
+	})
+	if err != nil {
+		panic(err)
+	}
+	charge := func(ctx context.Context) (string, error) { return "", errors.New("provider: 503") }
+
+	for range 2 {
+		_, err := resilience.Do(context.Background(), payment, charge)
+		switch {
+		case err == nil:
+			fmt.Println("paid")
+		case errors.Is(err, resilience.ErrOpen), errors.Is(err, resilience.ErrTooManyRequests):
+			fmt.Printf("%v\n  breaker %v: accept the order, charge it in %v\n",
+				err, payment.State(), payment.RetryAfter().Round(time.Second))
+		case errors.Is(err, resilience.ErrBulkheadFull), errors.Is(err, resilience.ErrTimeout):
+			fmt.Println("provider busy or slow: accept the order, charge it later")
+		default:
+			fmt.Println("provider failed:", err)
+		}
+	}
+	// Output:
+	// resilience: circuit breaker is open (attempt 2); attempt 1: provider: 503
+	//   breaker open: accept the order, charge it in 1s
+	// resilience: circuit breaker is open
+	//   breaker open: accept the order, charge it in 1s
+}
+
+// A decline comes back unchanged, reachable with errors.As, and is neither
+// retried nor counted against the provider.
+func ExampleDo_decline() {
+	payment, err := resilience.New("payment", resilience.DefaultConfig(), resilience.Options{Classify: classify})
+	if err != nil {
+		panic(err)
+	}
+	attempts := 0
+	_, err = resilience.Do(context.Background(), payment, func(ctx context.Context) (string, error) {
+		attempts++
+		return "", fmt.Errorf("charge order 42: %w", &declinedError{reason: "insufficient funds"})
+	})
+	var d *declinedError
+	fmt.Println(errors.As(err, &d), d.reason, attempts, payment.State())
+	// Output: true insufficient funds 1 closed
+}
+
+// Serve business routes and /health from separate pools, so a saturated API
+// cannot delay liveness probes. Outside protected mode /health shares the
+// API pool, to show what the isolation buys.
+func ExamplePool_Middleware() {
+	metrics, err := resilience.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		panic(err)
+	}
+	mode, err := resilience.ParseMode("protected") // from RESILIENCE_MODE
+	if err != nil {
+		panic(err)
+	}
+	api, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics)
+	if err != nil {
+		panic(err)
+	}
+	health := api
+	if mode == resilience.ModeProtected {
+		if health, err = resilience.NewPool("health", resilience.DefaultHealthPool(), metrics); err != nil {
+			panic(err)
+		}
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /health", health.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})))
+	mux.Handle("POST /orders", api.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})))
+
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+	fmt.Println(rec.Code, rec.Body)
+	// Output: 200 {"status":"ok"}
+}
+
+func ExampleParseMode() {
+	for _, s := range []string{"", "timeout", "off"} {
+		mode, err := resilience.ParseMode(s)
+		fmt.Println(mode, err)
+	}
+	// Output:
+	// protected <nil>
+	// timeout <nil>
+	// protected resilience: unknown mode "off" (want none, timeout or protected)
+}
