@@ -151,8 +151,8 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		if err == nil {
 			return v, nil
 		}
-		if prev != nil && (err == ErrOpen || err == ErrTooManyRequests) {
-			// Keep the failure that made us retry; the rejection is what
+		if prev != nil && refused(err) {
+			// Keep the failure that made us retry; the refusal is what
 			// the caller's fallback decides on.
 			err = fmt.Errorf("%w (attempt %d); attempt %d: %w", err, n, n-1, prev)
 		}
@@ -173,6 +173,11 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		}
 		prev = err
 	}
+}
+
+// refused reports whether the stack refused an attempt without making it.
+func refused(err error) bool {
+	return err == ErrOpen || err == ErrTooManyRequests || err == ErrBulkheadFull
 }
 
 // attempt makes one attempt through the breaker, the bulkhead and the
