@@ -13,6 +13,17 @@ import (
 // with raw gobreaker, on the closed path and while rejecting. Run:
 //
 //	go test -run='^$' -bench=. -benchmem -count=6 ./internal/resilience
+//
+// Every allocation on the closed path (5 allocs, 320 B per call):
+//   - 1 × 48 B: the done closure gobreaker's TwoStepCircuitBreaker.Allow
+//     returns; inherent to the two-step API, which the slow-call rule needs.
+//   - 4 × 272 B in total: context.WithTimeout for the per-attempt timeout
+//     (the timerCtx, its timer, the timer's closure, the CancelFunc).
+//
+// Nothing else allocates: the slow-call tracker and its timer are recycled
+// through a sync.Pool whenever the timer never fired, the bulkhead is a
+// channel semaphore, and metric children are looked up at construction.
+// Rejecting while open allocates nothing: the errors are sentinels.
 
 var sink int
 
