@@ -117,6 +117,13 @@ func (s *Simulator) handleCharge() http.HandlerFunc {
 }
 
 func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request) outcome {
+	// Read the whole body first: net/http notices a client hanging up (and cancels
+	// r.Context) only once the body has been consumed, and a hung request must notice.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
+		return outcomeInvalid
+	}
 	fault := s.faults.active(time.Now())
 	if out, stop := s.injectFault(w, r, fault); stop {
 		return out
@@ -127,7 +134,7 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request) outcome 
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key must be 1 to 255 visible ASCII characters")
 		return outcomeInvalid
 	}
-	req, err := decodeCharge(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	req, err := decodeCharge(bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return outcomeInvalid

@@ -1,0 +1,93 @@
+package payment
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// The kinds of failed charge. Every error from Charge matches exactly one with errors.Is.
+var (
+	// ErrDeclined: the provider refused the payment (402). A final business outcome, not a
+	// provider failure: never retry it and never count it against the circuit breaker.
+	ErrDeclined = errors.New("payment declined")
+	// ErrPermanent: the provider rejected the request itself (400, 422, other 4xx, a redirect).
+	// Retrying cannot help; it means a bug or misconfiguration on our side.
+	ErrPermanent = errors.New("payment request rejected")
+	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
+	// connection error, unreadable response). Retrying with the same key is safe and may
+	// succeed; it counts as a breaker failure. A caller's own cancellation is transient too;
+	// tell it apart with errors.Is(err, context.Canceled).
+	ErrTransient = errors.New("payment provider unavailable")
+)
+
+// Error describes a failed charge attempt.
+type Error struct {
+	// Kind is ErrDeclined, ErrPermanent or ErrTransient.
+	Kind error
+	// StatusCode is the provider's HTTP status, or 0 when no response arrived.
+	StatusCode int
+	// Code and Message are the provider's error type and message, when it sent them.
+	Code    string
+	Message string
+	// Err is the underlying cause, such as a network error or context.DeadlineExceeded.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := e.Kind.Error()
+	if e.StatusCode != 0 {
+		msg += fmt.Sprintf(": status %d", e.StatusCode)
+	}
+	if e.Code != "" {
+		msg += fmt.Sprintf(": %s: %s", e.Code, e.Message)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap exposes both the kind and the cause to errors.Is and errors.As.
+func (e *Error) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// IsTransient reports whether err is worth retrying with the same idempotency key.
+func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
+
+// IsDeclined reports whether the provider declined the payment.
+func IsDeclined(err error) bool { return errors.Is(err, ErrDeclined) }
+
+// newStatusError classifies a non-2xx response, following the provider protocol's table.
+func newStatusError(status int, body []byte) *Error {
+	e := &Error{Kind: kindOf(status), StatusCode: status}
+	var b struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	// The body is informative only: a status alone decides the kind.
+	if json.Unmarshal(body, &b) == nil {
+		e.Code, e.Message = b.Error.Type, b.Error.Message
+	}
+	return e
+}
+
+func kindOf(status int) error {
+	switch {
+	case status == http.StatusPaymentRequired:
+		return ErrDeclined
+	case status == http.StatusRequestTimeout, status == http.StatusConflict,
+		status == http.StatusTooEarly, status == http.StatusTooManyRequests, status >= 500:
+		return ErrTransient
+	default:
+		// 400, 422 and the rest of 4xx (401/403/404 mean a wrong URL or key), and redirects.
+		return ErrPermanent
+	}
+}

@@ -1,0 +1,101 @@
+package payment_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/resilientcheckout/checkout/internal/payment"
+)
+
+// TestClassification covers responses the simulator never sends, from a provider answering
+// with a fixed status and body.
+func TestClassification(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		status int
+		body   string
+		want   error // nil: success
+	}{
+		{"created", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD"}`, nil},
+		{"declined without a body", http.StatusPaymentRequired, ``, payment.ErrDeclined},
+		{"bad request", http.StatusBadRequest, `{"error":{"type":"invalid_request_error","message":"x"}}`, payment.ErrPermanent},
+		{"unauthorized", http.StatusUnauthorized, ``, payment.ErrPermanent},
+		{"not found", http.StatusNotFound, `404 page not found`, payment.ErrPermanent},
+		{"redirect", http.StatusFound, ``, payment.ErrPermanent},
+		{"unprocessable", http.StatusUnprocessableEntity, ``, payment.ErrPermanent},
+		{"conflict", http.StatusConflict, ``, payment.ErrTransient},
+		{"too many requests", http.StatusTooManyRequests, ``, payment.ErrTransient},
+		{"internal error", http.StatusInternalServerError, ``, payment.ErrTransient},
+		{"bad gateway HTML", http.StatusBadGateway, `<html>`, payment.ErrTransient},
+		{"unavailable", http.StatusServiceUnavailable, ``, payment.ErrTransient},
+		{"created, not JSON", http.StatusCreated, `<html>`, payment.ErrTransient},
+		{"created, no id", http.StatusCreated, `{"status":"succeeded"}`, payment.ErrTransient},
+		{"created, failed", http.StatusCreated, `{"id":"ch_1","status":"failed"}`, payment.ErrTransient},
+		{"created, huge body", http.StatusCreated, `{"id":"ch_1","status":"succeeded","x":"` + strings.Repeat("a", 70<<10) + `"}`, payment.ErrTransient},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			client := fixedProvider(t, tt.status, tt.body)
+			_, err := client.Charge(t.Context(), order("o1"))
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("got %v, want success", err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			var perr *payment.Error
+			if !errors.As(err, &perr) || perr.StatusCode != tt.status {
+				t.Errorf("status in error: got %+v, want %d", perr, tt.status)
+			}
+		})
+	}
+}
+
+// fixedProvider answers every charge with status and body, after checking what the client
+// sends.
+func fixedProvider(t *testing.T, status int, body string) *payment.Client {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got, want := r.Header.Get("Idempotency-Key"), "order-o1"; got != want {
+			t.Errorf("Idempotency-Key: got %q, want %q", got, want)
+		}
+		if got, want := r.URL.Path, "/v1/charges"; got != want {
+			t.Errorf("path: got %q, want %q", got, want)
+		}
+		if status == http.StatusFound {
+			w.Header().Set("Location", "/elsewhere")
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	client, err := payment.NewClient(payment.Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	return client
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	if got, want := payment.IdempotencyKey("0b9f6f7e-1c1a-4d43-9b8e-2f3c4d5e6f70"), "order-0b9f6f7e-1c1a-4d43-9b8e-2f3c4d5e6f70"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestNewClientRejectsBadURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"", "localhost:8082", "ftp://provider", "http://", "://x"} {
+		if _, err := payment.NewClient(payment.Config{BaseURL: u}); err == nil {
+			t.Errorf("NewClient(%q): got nil error, want one", u)
+		}
+	}
+}

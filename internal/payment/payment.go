@@ -1,0 +1,230 @@
+// Package payment is the client of the outside payment provider. Checkout and the worker call
+// Client.Charge to charge an order; the resilience stack (retry, breaker, bulkhead, timeout)
+// is composed around that call by the caller, so this package only speaks the protocol and
+// classifies each outcome as a charge, a decline, a permanent error or a transient one.
+//
+// The provider sees an order only as a reference string, and every attempt for one order
+// carries the same Idempotency-Key, so a charge whose response was lost is replayed by the
+// provider instead of being made twice.
+package payment
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Defaults for Config, chosen for a provider on the same network answering in ~200 ms.
+const (
+	// DefaultMaxConns matches the default payment bulkhead (4 concurrent calls), so the
+	// transport never holds more connections than calls the bulkhead lets through.
+	DefaultMaxConns              = 4
+	DefaultDialTimeout           = time.Second
+	DefaultTLSHandshakeTimeout   = 2 * time.Second
+	DefaultResponseHeaderTimeout = 30 * time.Second
+)
+
+// maxResponseBytes bounds how much of a response body is read; a charge response is about
+// 150 bytes, so anything near the limit is provider trouble, not a receipt.
+const maxResponseBytes = 64 << 10
+
+// Config configures a Client. Zero durations and MaxConns take the defaults above.
+type Config struct {
+	// BaseURL is the provider's base URL, e.g. http://localhost:8082.
+	BaseURL string
+	// MaxConns caps connections to the provider; size it like the bulkhead in front of Charge.
+	MaxConns int
+	// DialTimeout bounds establishing a TCP connection.
+	DialTimeout time.Duration
+	// TLSHandshakeTimeout bounds the TLS handshake.
+	TLSHandshakeTimeout time.Duration
+	// ResponseHeaderTimeout is a backstop for callers without a deadline. The per-attempt
+	// timeout belongs to the caller's context, which Charge always honours.
+	ResponseHeaderTimeout time.Duration
+}
+
+// Client charges payments through the provider. It is safe for concurrent use.
+type Client struct {
+	chargesURL string
+	http       *http.Client
+}
+
+// NewClient returns a Client with its own transport; it never uses http.DefaultClient, whose
+// unbounded connections and missing timeouts are exactly what a slow provider exploits.
+func NewClient(cfg Config) (*Client, error) {
+	base, err := url.Parse(cfg.BaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("payment: base URL %q: want an absolute http or https URL", cfg.BaseURL)
+	}
+	cfg = withDefaults(cfg)
+	return &Client{
+		chargesURL: base.JoinPath("v1", "charges").String(),
+		http: &http.Client{
+			Transport: newTransport(cfg),
+			// A redirect of a charge is a misconfigured base URL; following it would repost.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.TLSHandshakeTimeout <= 0 {
+		cfg.TLSHandshakeTimeout = DefaultTLSHandshakeTimeout
+	}
+	if cfg.ResponseHeaderTimeout <= 0 {
+		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	return cfg
+}
+
+func newTransport(cfg Config) *http.Transport {
+	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:             http.ProxyFromEnvironment,
+		DialContext:       dialer.DialContext,
+		ForceAttemptHTTP2: true,
+		// Calls beyond MaxConnsPerHost wait for a connection (bounded by their context) rather
+		// than opening more: the provider never sees more concurrency than the bulkhead allows.
+		MaxConnsPerHost:       cfg.MaxConns,
+		MaxIdleConns:          cfg.MaxConns,
+		MaxIdleConnsPerHost:   cfg.MaxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+	}
+}
+
+// CloseIdleConnections closes kept-alive connections to the provider, for shutdown.
+func (c *Client) CloseIdleConnections() {
+	c.http.CloseIdleConnections()
+}
+
+// ChargeRequest asks for Amount minor units of Currency from PaymentMethod, for an order.
+type ChargeRequest struct {
+	OrderID       string
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+}
+
+// Receipt is a successful charge.
+type Receipt struct {
+	// ChargeID is the provider's id, e.g. "ch_…"; the same on every replay.
+	ChargeID string
+	Amount   int64
+	Currency string
+	// Replayed reports that the provider answered from its idempotency ledger: an earlier
+	// attempt had already charged, and its response was lost or is being retried.
+	Replayed bool
+}
+
+// IdempotencyKey is the provider-side key for an order. It depends on the order only, so every
+// attempt — synchronous, retried, or from the worker after a crash — asks for the same charge.
+func IdempotencyKey(orderID string) string {
+	return "order-" + orderID
+}
+
+// Charge charges req and returns the receipt. A failure is an *Error wrapped with the order id;
+// classify it with errors.Is against ErrDeclined, ErrPermanent and ErrTransient, or IsTransient.
+// Charge makes one attempt: retrying is the caller's decision, and is safe with the same key.
+func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
+	receipt, err := c.charge(ctx, req)
+	if err != nil {
+		return Receipt{}, fmt.Errorf("charge order %s: %w", req.OrderID, err)
+	}
+	return receipt, nil
+}
+
+// chargeBody is the protocol's request body.
+type chargeBody struct {
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"payment_method"`
+	Reference     string `json:"reference"`
+}
+
+// chargeResult is the protocol's 201 body.
+type chargeResult struct {
+	ID       string `json:"id"`
+	Status   string `json:"status"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
+	httpReq, err := c.newRequest(ctx, req)
+	if err != nil {
+		return Receipt{}, &Error{Kind: ErrPermanent, Err: err}
+	}
+	// Note: net/http may resend a request carrying an Idempotency-Key once by itself when a
+	// reused keep-alive connection turns out to be closed; the key makes that safe.
+	resp, err := c.http.Do(httpReq)
+	if err != nil {
+		return Receipt{}, &Error{Kind: ErrTransient, Err: err}
+	}
+	defer resp.Body.Close()
+
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: fmt.Errorf("read response: %w", err)}
+	}
+	if len(body) > maxResponseBytes {
+		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: errors.New("response body over 64 KiB")}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return Receipt{}, newStatusError(resp.StatusCode, body)
+	}
+	return parseReceipt(resp, body)
+}
+
+func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Request, error) {
+	body, err := json.Marshal(chargeBody{
+		Amount:        req.Amount,
+		Currency:      req.Currency,
+		PaymentMethod: req.PaymentMethod,
+		Reference:     req.OrderID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+	httpReq.Header.Set("Accept", "application/json")
+	httpReq.Header.Set("Idempotency-Key", IdempotencyKey(req.OrderID))
+	return httpReq, nil
+}
+
+// parseReceipt reads a 2xx body. One that is not a succeeded charge is treated as provider
+// trouble (transient): retrying with the same key replays the provider's real answer.
+func parseReceipt(resp *http.Response, body []byte) (Receipt, error) {
+	var res chargeResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: fmt.Errorf("decode response: %w", err)}
+	}
+	if res.ID == "" || res.Status != "succeeded" {
+		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode,
+			Err: fmt.Errorf("unexpected charge id %q with status %q", res.ID, res.Status)}
+	}
+	return Receipt{
+		ChargeID: res.ID,
+		Amount:   res.Amount,
+		Currency: res.Currency,
+		Replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+	}, nil
+}

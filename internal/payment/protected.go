@@ -1,0 +1,47 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/resilientcheckout/checkout/internal/resilience"
+)
+
+// Protected is the Client behind the resilience stack: retry → circuit
+// breaker → bulkhead → per-attempt timeout → Charge. Both the API and the
+// worker charge through one of these, each with a Policy of its own.
+type Protected struct {
+	client *Client
+	policy *resilience.Policy
+}
+
+// NewProtected wraps client with policy. Build policy with Classify set to
+// this package's Classify, so declines and our own bad requests neither
+// trip the breaker nor get retried.
+func NewProtected(client *Client, policy *resilience.Policy) *Protected {
+	return &Protected{client: client, policy: policy}
+}
+
+// Charge charges req through the stack. Besides the errors Client.Charge
+// returns, it may return resilience.ErrOpen, resilience.ErrTooManyRequests
+// or resilience.ErrBulkheadFull without calling the provider; all of them,
+// like transient errors, mean "try later with the same order".
+func (p *Protected) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
+	return resilience.Do(ctx, p.policy, func(ctx context.Context) (Receipt, error) {
+		return p.client.Charge(ctx, req)
+	})
+}
+
+// RetryAfter is how long until the breaker lets a call through again.
+func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
+
+// Classify tells the resilience stack which errors are the provider's
+// trouble (transient: count against the breaker, retry) and which are final
+// answers (declined, or a request the provider rejected).
+func Classify(err error) resilience.Class {
+	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) {
+		return resilience.Final
+	}
+	return resilience.Transient
+}
