@@ -55,7 +55,7 @@ func (s *Simulator) handleAddFault() http.HandlerFunc {
 			end = start.Add(time.Duration(req.For))
 		}
 		win := s.faults.add(req.Fault, start, end)
-		s.logger.Info("fault scheduled", "id", win.ID, "fault", win.Fault, "starts_at", win.Start, "ends_at", win.End)
+		s.logger.Info("fault scheduled", "window", win)
 		writeJSON(w, http.StatusCreated, win)
 	}
 }
