@@ -26,6 +26,15 @@ func setup(t *testing.T, latency time.Duration) *bundle {
 	sim := paymentsim.New(paymentsim.Config{Latency: latency})
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
+	// httptest.Server.Close waits for active handlers, and a request held by
+	// a hang fault whose client left unnoticed would block it forever: end
+	// every fault first (cleanups run last-in, first-out).
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/admin/faults", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
 	client, err := payment.NewClient(payment.Config{BaseURL: srv.URL, MaxConns: 8})
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
