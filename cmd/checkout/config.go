@@ -1,28 +1,36 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
 // config is every setting of the checkout binary, read from the environment
-// in one place. README.md lists each variable; keep the two in sync.
+// in one place. README.md lists each variable; a test keeps the two in sync.
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
 	ShutdownTimeout time.Duration
 	Database        database.Config
 	PaymentURL      string
-	ResilienceMode  string
+	Resilience      resilience.Config
+	APIPool         resilience.PoolConfig
+	HealthPool      resilience.PoolConfig
+	Orders          order.Config
 }
 
 const defaultDatabaseURL = "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable"
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
+	apiPool, healthPool := resilience.DefaultAPIPool(), resilience.DefaultHealthPool()
+	orders := order.DefaultConfig()
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
@@ -30,11 +38,31 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Database: database.Config{
 			URL:              env.URL("DATABASE_URL", defaultDatabaseURL, "postgres", "postgresql"),
 			MaxConns:         int32(env.Int("DB_MAX_CONNS", 20, 1, 1000)),
-			ConnectTimeout:   env.Duration("DB_CONNECT_TIMEOUT", 2*time.Second, 100*time.Millisecond, time.Minute),
+			ConnectTimeout:   env.Duration("DB_CONNECT_TIMEOUT", time.Second, 100*time.Millisecond, time.Minute),
 			StatementTimeout: env.Duration("DB_STATEMENT_TIMEOUT", 2*time.Second, 100*time.Millisecond, time.Minute),
 		},
-		PaymentURL:     env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
-		ResilienceMode: env.OneOf("RESILIENCE_MODE", "protected", "none", "timeout", "protected"),
+		PaymentURL: env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		Resilience: env.Resilience(env.Mode()),
+		APIPool: resilience.PoolConfig{
+			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),
+			MaxWait: env.Duration("API_POOL_WAIT", apiPool.MaxWait, 0, time.Minute),
+		},
+		HealthPool: resilience.PoolConfig{
+			Size:    env.Int("HEALTH_POOL_SIZE", healthPool.Size, 1, 1000),
+			MaxWait: env.Duration("HEALTH_POOL_WAIT", healthPool.MaxWait, 0, time.Minute),
+		},
+		Orders: order.Config{
+			PaymentBudget: env.Duration("PAYMENT_BUDGET", orders.PaymentBudget, 10*time.Millisecond, time.Minute),
+			DBTimeout:     env.Duration("DB_TX_TIMEOUT", orders.DBTimeout, 10*time.Millisecond, time.Minute),
+		},
 	}
-	return cfg, env.Err()
+	// Without protection there is no fallback: the experiment compares.
+	cfg.Orders.Fallback = cfg.Resilience.Mode == resilience.ModeProtected
+	if err := env.Err(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Resilience.Validate(); err != nil {
+		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
+	}
+	return cfg, nil
 }

@@ -13,12 +13,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/health"
-	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
@@ -71,25 +67,4 @@ func migrate(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.InfoContext(ctx, "schema up to date")
 	return nil
-}
-
-func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
-	pool, err := database.Open(ctx, cfg.Database)
-	if err != nil {
-		return err
-	}
-	defer pool.Close() // last: after the server has drained its requests
-
-	reg := telemetry.NewRegistry()
-	handler := api.NewServer(api.Deps{
-		Logger:   logger,
-		Metrics:  reg,
-		Database: pingDatabase(pool),
-	})
-	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.ResilienceMode, "payment_url", cfg.PaymentURL)
-	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
-}
-
-func pingDatabase(pool *pgxpool.Pool) health.Check {
-	return func(ctx context.Context) error { return pool.Ping(ctx) }
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/resilientcheckout/checkout/internal/health"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -12,8 +13,19 @@ import (
 // routes is the one place that lists every endpoint of the checkout API.
 func routes(d Deps) http.Handler {
 	r := chi.NewRouter()
-	r.Method(http.MethodGet, "/health", health.Liveness())
+	r.Use(middleware.RequestID, observe(d.Logger, d.Metrics), middleware.Recoverer)
+
+	// Liveness from its own pool; it touches no dependency.
+	r.With(d.HealthPool).Method(http.MethodGet, "/health", health.Liveness())
+	// Readiness and metrics are cheap, infrequent, and must work while the
+	// API pool is saturated, so they take no pool slot.
 	r.Method(http.MethodGet, "/ready", health.Readiness(readyTimeout, map[string]health.Check{"database": d.Database}))
-	r.Method(http.MethodGet, "/metrics", telemetry.Handler(d.Metrics))
+	r.Method(http.MethodGet, "/metrics", telemetry.Handler(d.Registry))
+
+	r.Group(func(r chi.Router) {
+		r.Use(d.APIPool)
+		r.Method(http.MethodPost, "/orders", placeOrder(d.Orders, d.Metrics, d.Logger))
+		r.Method(http.MethodGet, "/orders/{id}", getOrder(d.Orders, d.Logger))
+	})
 	return r
 }

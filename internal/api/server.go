@@ -12,19 +12,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/resilientcheckout/checkout/internal/health"
+	"github.com/resilientcheckout/checkout/internal/order"
 )
 
 // Deps is everything the server needs; cmd/checkout builds it.
 type Deps struct {
 	Logger   *slog.Logger
-	Metrics  *prometheus.Registry
+	Registry *prometheus.Registry
+	Metrics  *Metrics
+	Orders   *order.Service
 	Database health.Check // readiness: can we accept orders durably?
+	// APIPool bounds concurrent business requests; HealthPool serves
+	// /health. In protected mode they are separate pools, so a saturated
+	// API cannot delay liveness; in modes none and timeout cmd/checkout
+	// passes the API pool for both, to show what happens without isolation.
+	APIPool, HealthPool func(http.Handler) http.Handler
 }
 
 // NewServer returns checkout's root handler.
 func NewServer(d Deps) http.Handler {
 	return routes(d)
 }
+
+// RenderOrder is the order.Renderer the checkout flow stores responses with.
+var RenderOrder order.Renderer = renderOrder
 
 // readyTimeout keeps /ready under the 2 s probe timeout orchestrators use by
 // default, even when the database hangs instead of refusing connections.

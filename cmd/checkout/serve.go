@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/database"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
+	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payment"
+	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/telemetry"
+)
+
+// serve wires checkout: database pool, River (insert-only: checkout only
+// enqueues charge jobs, the worker runs them), the protected payment client,
+// the order service and the HTTP server.
+func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	pool, err := database.Open(ctx, cfg.Database)
+	if err != nil {
+		return err
+	}
+	defer pool.Close() // last: after the server has drained its requests
+
+	reg := telemetry.NewRegistry()
+	resilienceMetrics, err := resilience.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	apiMetrics, err := api.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	payer, err := newPayer(cfg, resilienceMetrics, logger)
+	if err != nil {
+		return err
+	}
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+	apiPool, healthPool, err := newPools(cfg, resilienceMetrics)
+	if err != nil {
+		return err
+	}
+
+	handler := api.NewServer(api.Deps{
+		Logger:     logger,
+		Registry:   reg,
+		Metrics:    apiMetrics,
+		Orders:     order.NewService(pool, jobs, payer, api.RenderOrder, cfg.Orders, logger),
+		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
+		APIPool:    apiPool,
+		HealthPool: healthPool,
+	})
+	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", cfg.PaymentURL)
+	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+}
+
+// newPayer builds the payment client behind the "payment" policy. Its
+// connection limit matches the bulkhead: more connections could never be
+// used at once, fewer would make calls queue inside net/http, invisible to
+// the bulkhead's metrics.
+func newPayer(cfg config, m *resilience.Metrics, logger *slog.Logger) (*payment.Protected, error) {
+	maxConns := cfg.Resilience.BulkheadSize
+	if cfg.Resilience.Mode != resilience.ModeProtected {
+		maxConns = 0 // unbounded: modes none and timeout show what happens without a bulkhead
+	}
+	client, err := payment.NewClient(payment.Config{BaseURL: cfg.PaymentURL, MaxConns: maxConns})
+	if err != nil {
+		return nil, fmt.Errorf("payment client: %w", err)
+	}
+	policy, err := resilience.New("payment", cfg.Resilience, resilience.Options{
+		Classify: payment.Classify, Metrics: m, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return payment.NewProtected(client, policy), nil
+}
+
+// newPools returns the API pool and the pool /health is served from: its own
+// in protected mode, the API's otherwise (DESIGN.md's modes).
+func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.Handler) http.Handler, err error) {
+	api, err := resilience.NewPool("api", cfg.APIPool, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Resilience.Mode != resilience.ModeProtected {
+		return api.Middleware, api.Middleware, nil
+	}
+	health, err := resilience.NewPool("health", cfg.HealthPool, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return api.Middleware, health.Middleware, nil
+}
+
+// Compile-time checks that the wiring's types fit the order package.
+var (
+	_ order.Payer     = (*payment.Protected)(nil)
+	_ order.JobClient = (*river.Client[pgx.Tx])(nil)
+)

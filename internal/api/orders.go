@@ -1,0 +1,108 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/resilientcheckout/checkout/internal/idempotency"
+	"github.com/resilientcheckout/checkout/internal/order"
+)
+
+// maxBodyBytes caps POST /orders bodies. The largest valid order (100 items
+// of 64-character SKUs) is under 10 KiB; 1 MiB is DESIGN.md's ceiling.
+const maxBodyBytes = 1 << 20
+
+// placeOrder handles POST /orders.
+func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isJSON(r.Header.Get("Content-Type")) {
+			writeProblem(w, newProblem(http.StatusUnsupportedMediaType, "", "Send the order as application/json."))
+			return
+		}
+		key, err := idempotency.ParseKey(r.Header.Get(idempotency.Header))
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeProblem(w, newProblem(http.StatusRequestEntityTooLarge, "", "The body must be at most 1 MiB."))
+			return
+		}
+		if err != nil {
+			writeProblem(w, newProblem(http.StatusBadRequest, "malformed-order", "The body could not be read."))
+			return
+		}
+		req, err := order.DecodePlaceRequest(body)
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+
+		res, err := svc.Place(r.Context(), key, req)
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		if res.Replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		} else {
+			annotate(r.Context(), slog.String("order_id", res.Order.ID.String()), slog.String("order_status", string(res.Order.Status)))
+			metrics.orders.WithLabelValues(string(res.Order.Status)).Inc()
+		}
+		if res.RetryAfter > 0 {
+			w.Header().Set("Retry-After", seconds(res.RetryAfter))
+		}
+		writeResponse(w, res.Response)
+	})
+}
+
+// getOrder handles GET /orders/{id}. An id that is not a UUID cannot name an
+// order, so it is a 404 like any unknown id.
+func getOrder(svc *order.Service, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := uuid.Parse(chi.URLParam(r, "id"))
+		if err != nil {
+			writeError(w, r, log, order.ErrNotFound)
+			return
+		}
+		o, err := svc.Get(r.Context(), id)
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		body, _ := json.Marshal(o)
+		writeResponse(w, idempotency.Response{Status: http.StatusOK, ContentType: "application/json", Body: body})
+	})
+}
+
+// renderOrder is the response POST /orders gives, and stores for replays,
+// for an order in each state.
+func renderOrder(o order.Order) idempotency.Response {
+	location := "/orders/" + o.ID.String()
+	if o.Status == order.StatusPaymentFailed {
+		p := newProblem(http.StatusPaymentRequired, "payment-failed", "The payment was not accepted.")
+		p.OrderID, p.FailureReason = o.ID.String(), o.FailureReason
+		body, _ := json.Marshal(p)
+		return idempotency.Response{Status: p.Status, ContentType: problemContentType, Location: location, Body: body}
+	}
+	status := http.StatusAccepted // pending_payment: the worker charges it later
+	if o.Status == order.StatusPaid {
+		status = http.StatusCreated
+	}
+	body, _ := json.Marshal(o) // cannot fail: the order has no unencodable fields
+	return idempotency.Response{Status: status, ContentType: "application/json", Location: location, Body: body}
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}

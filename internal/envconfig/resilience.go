@@ -1,0 +1,37 @@
+package envconfig
+
+import (
+	"time"
+
+	"github.com/resilientcheckout/checkout/internal/resilience"
+)
+
+// Resilience reads the payment protection stack's settings. checkout and the
+// worker read the same names, each for its own policy; DESIGN.md's defaults
+// table (resilience.DefaultConfig) applies to what is unset.
+func (r *Reader) Resilience(mode resilience.Mode) resilience.Config {
+	d := resilience.DefaultConfig()
+	return resilience.Config{
+		Mode:              mode,
+		AttemptTimeout:    r.Duration("PAYMENT_ATTEMPT_TIMEOUT", d.AttemptTimeout, time.Millisecond, time.Minute),
+		MaxAttempts:       r.Int("PAYMENT_MAX_ATTEMPTS", d.MaxAttempts, 1, 10),
+		BackoffBase:       r.Duration("PAYMENT_BACKOFF_BASE", d.BackoffBase, 0, time.Minute),
+		BackoffMax:        r.Duration("PAYMENT_BACKOFF_MAX", d.BackoffMax, 0, time.Minute),
+		WindowSize:        r.Int("BREAKER_WINDOW", d.WindowSize, 1, 1000),
+		MinCalls:          r.Int("BREAKER_MIN_CALLS", d.MinCalls, 1, 1000),
+		FailureRate:       r.Float("BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1),
+		SlowCallThreshold: r.Duration("BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute),
+		SlowCallRate:      r.Float("BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1),
+		OpenDuration:      r.Duration("BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour),
+		OpenJitter:        r.Duration("BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour),
+		HalfOpenProbes:    r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000),
+		BulkheadSize:      r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000),
+		BulkheadWait:      r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute),
+	}
+}
+
+// Mode reads RESILIENCE_MODE (none, timeout, protected; default protected).
+func (r *Reader) Mode() resilience.Mode {
+	m, _ := resilience.ParseMode(r.OneOf("RESILIENCE_MODE", "protected", "none", "timeout", "protected"))
+	return m
+}

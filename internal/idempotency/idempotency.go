@@ -1,0 +1,195 @@
+// Package idempotency implements the server side of the IETF
+// Idempotency-Key draft on PostgreSQL: a request's key is claimed in the same
+// transaction that creates its effects, its response is stored in the same
+// transaction that settles them, and a repeat gets that response back.
+//
+// One key can never produce two orders because the key is the table's
+// primary key: the database, not an in-process map, arbitrates concurrent
+// requests, so it holds across replicas too.
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Header is the request header carrying the key.
+const Header = "Idempotency-Key"
+
+// ErrInvalidKey: the header is missing or not 1–255 visible ASCII characters.
+var ErrInvalidKey = errors.New("Idempotency-Key must be 1 to 255 visible ASCII characters")
+
+// ParseKey validates a header value. The draft sends the key as a
+// structured-field string ("abc"); the quotes are not part of the key.
+func ParseKey(header string) (string, error) {
+	key := header
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	if len(key) < 1 || len(key) > 255 {
+		return "", ErrInvalidKey
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return "", ErrInvalidKey
+		}
+	}
+	return key, nil
+}
+
+// Response is what a repeat of a finished request gets back byte for byte.
+type Response struct {
+	Status      int
+	ContentType string
+	Location    string // empty when the response had none
+	Body        []byte
+}
+
+// State says what a claim found.
+type State int
+
+const (
+	// Claimed: the key is new; the caller owns it and must create the effects.
+	Claimed State = iota
+	// Resumed: an earlier request with this key stopped without a response
+	// (its process died, or it released the key after a non-final outcome)
+	// and its lock has expired; the caller owns the key again and continues
+	// from Claim.OrderID.
+	Resumed
+	// Finished: the response is stored; replay Claim.Response.
+	Finished
+	// InProgress: another request holds the key right now (409).
+	InProgress
+	// Mismatch: the key was used with a different request body (422).
+	Mismatch
+)
+
+// Claim is the outcome of claiming a key.
+type Claim struct {
+	State    State
+	OrderID  uuid.UUID // set for Resumed (and Finished) when the order exists
+	Response Response  // set for Finished
+}
+
+// ClaimKey takes the key for this request inside tx, locking it until
+// lockUntil. A concurrent claim of the same key waits on the primary key
+// until tx ends, then sees the row: that wait is what makes concurrent
+// identical requests produce one order.
+func ClaimKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockUntil time.Time) (Claim, error) {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO idempotency_keys (key, request_fingerprint, locked_until)
+		VALUES ($1, $2, $3)
+		ON CONFLICT (key) DO NOTHING`, key, fingerprint, lockUntil)
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return Claim{State: Claimed}, nil
+	}
+
+	var (
+		storedFingerprint []byte
+		orderID           *uuid.UUID
+		locked            bool
+		status            *int
+		contentType       *string
+		location          *string
+		body              []byte
+	)
+	err = tx.QueryRow(ctx, `
+		SELECT request_fingerprint, order_id, coalesce(locked_until > now(), false),
+		       response_status, response_content_type, response_location, response_body
+		FROM idempotency_keys WHERE key = $1 FOR UPDATE`, key).
+		Scan(&storedFingerprint, &orderID, &locked, &status, &contentType, &location, &body)
+	if err != nil {
+		return Claim{}, fmt.Errorf("read idempotency key: %w", err)
+	}
+	claim := Claim{}
+	if orderID != nil {
+		claim.OrderID = *orderID
+	}
+	switch {
+	case !bytes.Equal(storedFingerprint, fingerprint):
+		claim.State = Mismatch
+	case status != nil:
+		claim.State = Finished
+		claim.Response = Response{Status: *status, ContentType: *contentType, Body: body}
+		if location != nil {
+			claim.Response.Location = *location
+		}
+	case locked:
+		claim.State = InProgress
+	default:
+		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = $2 WHERE key = $1`, key, lockUntil); err != nil {
+			return Claim{}, fmt.Errorf("relock idempotency key: %w", err)
+		}
+		claim.State = Resumed
+	}
+	return claim, nil
+}
+
+// AttachOrder records which order the key created, so a resumed request
+// finds it.
+func AttachOrder(ctx context.Context, tx pgx.Tx, key string, orderID uuid.UUID) error {
+	if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET order_id = $2 WHERE key = $1`, key, orderID); err != nil {
+		return fmt.Errorf("attach order to idempotency key: %w", err)
+	}
+	return nil
+}
+
+// Finish stores the final response and releases the lock, inside the
+// transaction that settles the request's effects.
+func Finish(ctx context.Context, tx pgx.Tx, key string, r Response) error {
+	var location *string
+	if r.Location != "" {
+		location = &r.Location
+	}
+	_, err := tx.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET response_status = $2, response_content_type = $3, response_location = $4,
+		    response_body = $5, locked_until = NULL
+		WHERE key = $1`, key, r.Status, r.ContentType, location, r.Body)
+	if err != nil {
+		return fmt.Errorf("store idempotent response: %w", err)
+	}
+	return nil
+}
+
+// Execer is what the functions below run SQL on: a *pgxpool.Pool or a pgx.Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Release drops the lock without storing a response, so the client's retry
+// with the same key resumes at once instead of waiting for the lock to
+// expire. Used when the outcome is not final (a 502/504 without fallback).
+func Release(ctx context.Context, db Execer, key string) error {
+	if _, err := db.Exec(ctx, `UPDATE idempotency_keys SET locked_until = NULL WHERE key = $1 AND response_status IS NULL`, key); err != nil {
+		return fmt.Errorf("release idempotency key: %w", err)
+	}
+	return nil
+}
+
+// DeleteExpired deletes keys created before cutoff, at most limit of them
+// per call so a large backlog is removed in short transactions. Keys still
+// locked by a request in flight are kept.
+func DeleteExpired(ctx context.Context, db Execer, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE key IN (
+			SELECT key FROM idempotency_keys
+			WHERE created_at < $1 AND (locked_until IS NULL OR locked_until < now())
+			ORDER BY created_at
+			LIMIT $2)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired idempotency keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,243 @@
+package order
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// PlaceRequest is the body of POST /orders.
+type PlaceRequest struct {
+	CustomerID    string `json:"customer_id"`
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"payment_method"`
+	Items         []Item `json:"items"`
+}
+
+// Limits from DESIGN.md ("Details clients and tests rely on").
+const (
+	maxTextLen   = 64
+	maxItems     = 100
+	maxQuantity  = 1000
+	maxUnitPrice = 100_000_000
+	// maxDepth allows the order document's own nesting (object → items array
+	// → item object) with room to spare, and stops pathological inputs.
+	maxDepth = 8
+)
+
+// Currencies are the ISO 4217 codes the shop accepts.
+var Currencies = []string{"AUD", "CAD", "CHF", "EUR", "GBP", "JPY", "SEK", "USD", "VND"}
+
+// ErrMalformed is returned by DecodePlaceRequest when the body is not a
+// well-formed order document (400), as opposed to one with invalid values
+// (422, see ValidationError).
+var ErrMalformed = errors.New("malformed order document")
+
+// DecodePlaceRequest parses an order document strictly: one JSON object,
+// known fields only, each at most once, with the right JSON types and no
+// trailing data. encoding/json silently accepts duplicated fields (the last
+// wins), which would let a proxy and this service read different orders from
+// one body, so a token pass rejects them first.
+func DecodePlaceRequest(body []byte) (PlaceRequest, error) {
+	if err := checkStructure(body); err != nil {
+		return PlaceRequest{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var req PlaceRequest
+	if err := dec.Decode(&req); err != nil {
+		return PlaceRequest{}, fmt.Errorf("%w: %s", ErrMalformed, describeDecodeError(err))
+	}
+	return req, nil
+}
+
+// checkStructure walks the tokens once: a single top-level object, no
+// duplicated keys at any level, bounded depth, nothing after the value.
+func checkStructure(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return errors.New("body is not JSON")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return errors.New("body must be a JSON object")
+	}
+	if err := walkObject(dec, 1); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// walkObject consumes an object whose '{' was just read.
+func walkObject(dec *json.Decoder, depth int) error {
+	seen := make(map[string]struct{})
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return errors.New("body is not valid JSON")
+		}
+		key, _ := tok.(string)
+		if _, dup := seen[key]; dup {
+			return fmt.Errorf("field %q appears more than once", key)
+		}
+		seen[key] = struct{}{}
+		if err := walkValue(dec, depth); err != nil {
+			return err
+		}
+	}
+	return closeDelim(dec)
+}
+
+func walkValue(dec *json.Decoder, depth int) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return errors.New("body is not valid JSON")
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil // a scalar
+	}
+	if depth+1 > maxDepth {
+		return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
+	}
+	if d == '{' {
+		return walkObject(dec, depth+1)
+	}
+	for dec.More() { // d == '['
+		if err := walkValue(dec, depth+1); err != nil {
+			return err
+		}
+	}
+	return closeDelim(dec)
+}
+
+func closeDelim(dec *json.Decoder) error {
+	if _, err := dec.Token(); err != nil {
+		return errors.New("body is not valid JSON")
+	}
+	return nil
+}
+
+// describeDecodeError turns encoding/json's errors into messages that name
+// the field but do not echo Go type names.
+func describeDecodeError(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Sprintf("field %q has the wrong JSON type (got %s)", typeErr.Field, typeErr.Value)
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown field " + msg
+	}
+	return "body is not a valid order document"
+}
+
+// FieldError is one invalid field, in the 422 problem's errors list.
+type FieldError struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// ValidationError lists every invalid field of a request (422).
+type ValidationError struct {
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Detail
+	}
+	return "invalid order: " + strings.Join(parts, "; ")
+}
+
+// Validate checks every value against the limits and returns the order's
+// total, or a *ValidationError naming each invalid field.
+func (r PlaceRequest) Validate() (total int64, err error) {
+	var v validator
+	v.text("customer_id", r.CustomerID)
+	v.text("payment_method", r.PaymentMethod)
+	if !slices.Contains(Currencies, r.Currency) {
+		v.add("currency", "must be one of "+strings.Join(Currencies, ", "))
+	}
+	if n := len(r.Items); n < 1 || n > maxItems {
+		v.add("items", fmt.Sprintf("must hold 1 to %d items", maxItems))
+	}
+	for i, it := range r.Items {
+		field := fmt.Sprintf("items[%d].", i)
+		v.text(field+"sku", it.SKU)
+		v.between(field+"quantity", it.Quantity, 1, maxQuantity)
+		v.between(field+"unit_price", it.UnitPrice, 1, maxUnitPrice)
+	}
+	if len(v.errs) > 0 {
+		return 0, &ValidationError{Fields: v.errs}
+	}
+	total, ok := Total(r.Items)
+	if !ok {
+		return 0, &ValidationError{Fields: []FieldError{{Field: "items", Detail: "total amount is too large"}}}
+	}
+	return total, nil
+}
+
+// Total sums quantity × unit price, reporting false on int64 overflow. The
+// limits make overflow impossible today (100 × 1000 × 10^8 = 10^13), but the
+// limits may change and money must never wrap around silently.
+func Total(items []Item) (int64, bool) {
+	var total int64
+	for _, it := range items {
+		if it.Quantity < 0 || it.UnitPrice < 0 || (it.Quantity != 0 && it.UnitPrice > math.MaxInt64/it.Quantity) {
+			return 0, false
+		}
+		line := it.Quantity * it.UnitPrice
+		if total > math.MaxInt64-line {
+			return 0, false
+		}
+		total += line
+	}
+	return total, true
+}
+
+// Fingerprint identifies the request's content for the idempotency check: a
+// SHA-256 of its canonical JSON, so formatting differences (whitespace, key
+// order) do not count as a different request but any value change does.
+func (r PlaceRequest) Fingerprint() []byte {
+	b, _ := json.Marshal(r) // cannot fail: strings and integers only
+	sum := sha256.Sum256(b)
+	return sum[:]
+}
+
+type validator struct{ errs []FieldError }
+
+func (v *validator) add(field, detail string) {
+	v.errs = append(v.errs, FieldError{Field: field, Detail: detail})
+}
+
+func (v *validator) text(field, s string) {
+	n := utf8.RuneCountInString(s)
+	switch {
+	case n == 0:
+		v.add(field, "is required")
+	case n > maxTextLen:
+		v.add(field, fmt.Sprintf("must be at most %d characters", maxTextLen))
+	case !utf8.ValidString(s) || strings.ContainsFunc(s, isControl):
+		v.add(field, "must be printable text")
+	}
+}
+
+func (v *validator) between(field string, n, lo, hi int64) {
+	if n < lo || n > hi {
+		v.add(field, fmt.Sprintf("must be from %d to %d", lo, hi))
+	}
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }

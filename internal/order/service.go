@@ -1,0 +1,320 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/resilientcheckout/checkout/internal/database"
+	"github.com/resilientcheckout/checkout/internal/idempotency"
+	"github.com/resilientcheckout/checkout/internal/payment"
+)
+
+// Errors Place and Get return besides *ValidationError; the HTTP layer maps
+// each to one status.
+var (
+	// ErrKeyInUse: a request with the same Idempotency-Key is in progress (409).
+	ErrKeyInUse = errors.New("a request with this Idempotency-Key is still in progress")
+	// ErrKeyReused: the key was used before with a different body (422).
+	ErrKeyReused = errors.New("this Idempotency-Key was used with a different request")
+	// ErrUnavailable: the order could not be stored durably (503 + Retry-After).
+	ErrUnavailable = errors.New("orders cannot be stored right now")
+	// ErrProviderUnavailable and ErrProviderTimeout end a request whose
+	// charge failed when fallback is off (modes none and timeout): 502 and
+	// 504. The order stays pending and the worker charges it later.
+	ErrProviderUnavailable = errors.New("payment provider unavailable")
+	ErrProviderTimeout     = errors.New("payment provider timed out")
+)
+
+// Payer charges orders. In production it is the payment client behind the
+// resilience stack (payment.Protected); the order package only needs these
+// two methods.
+type Payer interface {
+	Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error)
+	// RetryAfter is how long until the provider may be called again (the
+	// circuit breaker's remaining open time), 0 when it may be called now.
+	RetryAfter() time.Duration
+}
+
+// JobClient is the part of *river.Client the service uses to enqueue and
+// retire charge jobs inside its own transactions.
+type JobClient interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	JobDeleteTx(ctx context.Context, tx pgx.Tx, id int64) (*rivertype.JobRow, error)
+}
+
+// Renderer turns an order into the HTTP response stored for its
+// Idempotency-Key. It belongs to the HTTP layer; the service calls it so the
+// response is saved in the same transaction that settles the order.
+type Renderer func(Order) idempotency.Response
+
+// Config tunes the checkout flow.
+type Config struct {
+	// PaymentBudget bounds the synchronous charge, retries included. It must
+	// leave room for both transactions within the client's patience (the
+	// experiment's clients give up after 3 s).
+	PaymentBudget time.Duration
+	// DBTimeout bounds each transaction, so a dead database yields a 503
+	// within ~2 s (DESIGN.md) instead of holding an API worker.
+	DBTimeout time.Duration
+	// Fallback saves orders as pending_payment when the provider is
+	// unavailable (protected mode). Off, such requests fail with 502/504.
+	Fallback bool
+}
+
+// DefaultConfig: two 500 ms attempts plus up to 100 ms of backoff fit in
+// 1.5 s, and 1.5 s per transaction keeps a database outage's 503 under 2 s.
+func DefaultConfig() Config {
+	return Config{PaymentBudget: 1500 * time.Millisecond, DBTimeout: 1500 * time.Millisecond, Fallback: true}
+}
+
+// lockTTL is how long a request holds its key, and when the order's charge
+// job first becomes due: after the request's own deadline, so the worker
+// only takes over orders whose request died.
+func (c Config) lockTTL() time.Duration { return c.PaymentBudget + 2*c.DBTimeout + time.Second }
+
+// Service runs the checkout flow.
+type Service struct {
+	db     *pgxpool.Pool
+	jobs   JobClient
+	payer  Payer
+	render Renderer
+	cfg    Config
+	log    *slog.Logger
+}
+
+// NewService wires the flow's dependencies.
+func NewService(db *pgxpool.Pool, jobs JobClient, payer Payer, render Renderer, cfg Config, log *slog.Logger) *Service {
+	return &Service{db: db, jobs: jobs, payer: payer, render: render, cfg: cfg, log: log}
+}
+
+// Result is what Place answered.
+type Result struct {
+	Response idempotency.Response
+	// Replayed: Response is the stored answer to an earlier request.
+	Replayed bool
+	// Order is the order as it stands (zero when Replayed).
+	Order Order
+	// RetryAfter hints when a deferred order is worth polling.
+	RetryAfter time.Duration
+}
+
+// placement carries one request through the flow.
+type placement struct {
+	key   string
+	order Order
+	jobID int64 // 0 when not known (a resumed request)
+}
+
+// Place creates the order for one Idempotency-Key and tries to charge it.
+//
+//  1. One transaction claims the key and inserts the order (pending) and its
+//     charge job, due after this request's deadline. From here on the order
+//     cannot be lost: if this process dies, the worker charges it.
+//  2. The charge runs through the Payer (retry → breaker → bulkhead →
+//     timeout) within PaymentBudget.
+//  3. One transaction settles the order, retires or reschedules the job and
+//     stores the response for replays.
+func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Result, error) {
+	total, err := req.Validate()
+	if err != nil {
+		return Result{}, err
+	}
+	p, claim, err := s.begin(ctx, key, req, total)
+	if err != nil {
+		return Result{}, err
+	}
+	switch claim.State {
+	case idempotency.Finished:
+		return Result{Response: claim.Response, Replayed: true}, nil
+	case idempotency.InProgress:
+		return Result{}, ErrKeyInUse
+	case idempotency.Mismatch:
+		return Result{}, ErrKeyReused
+	}
+	if p.order.Status.Terminal() {
+		// A resumed request whose order the worker settled meanwhile.
+		return s.settle(ctx, p, settlement{Status: p.order.Status})
+	}
+	return s.charge(ctx, p)
+}
+
+// begin is transaction 1.
+func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, idempotency.Claim, error) {
+	p := placement{key: key}
+	var claim idempotency.Claim
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		due := time.Now().Add(s.cfg.lockTTL())
+		claim, err = idempotency.ClaimKey(ctx, tx, key, req.Fingerprint(), due)
+		if err != nil {
+			return err
+		}
+		switch claim.State {
+		case idempotency.Claimed:
+			p.order, p.jobID, err = s.create(ctx, tx, key, req, total, due)
+			return err
+		case idempotency.Resumed:
+			p.order, err = Get(ctx, tx, claim.OrderID)
+			return err
+		}
+		return nil
+	})
+	return p, claim, err
+}
+
+func (s *Service) create(ctx context.Context, tx pgx.Tx, key string, req PlaceRequest, total int64, due time.Time) (Order, int64, error) {
+	id, err := uuid.NewV7() // time-ordered: new rows land at the end of the primary key index
+	if err != nil {
+		return Order{}, 0, fmt.Errorf("new order id: %w", err)
+	}
+	o := Order{
+		ID: id, Status: StatusPending, CustomerID: req.CustomerID, Currency: req.Currency,
+		PaymentMethod: req.PaymentMethod, Items: req.Items, Total: total,
+	}
+	if err := insertOrder(ctx, tx, &o); err != nil {
+		return Order{}, 0, err
+	}
+	if err := idempotency.AttachOrder(ctx, tx, key, o.ID); err != nil {
+		return Order{}, 0, err
+	}
+	jobID, err := s.enqueue(ctx, tx, o.ID, due)
+	return o, jobID, err
+}
+
+func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time) (int64, error) {
+	res, err := s.jobs.InsertTx(ctx, tx, ChargeArgs{OrderID: id}, &river.InsertOpts{ScheduledAt: at})
+	if err != nil {
+		return 0, fmt.Errorf("enqueue charge of order %s: %w", id, err)
+	}
+	return res.Job.ID, nil
+}
+
+// charge is step 2; it always ends in settle unless fallback is off.
+func (s *Service) charge(ctx context.Context, p placement) (Result, error) {
+	// The charge outlives a client that hangs up: finishing it and storing
+	// the response lets the client's retry get a replay instead of a 409.
+	chargeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PaymentBudget)
+	defer cancel()
+	o := p.order
+	receipt, err := s.payer.Charge(chargeCtx, payment.ChargeRequest{
+		OrderID: o.ID.String(), Amount: o.Total, Currency: o.Currency, PaymentMethod: o.PaymentMethod,
+	})
+	switch {
+	case err == nil:
+		return s.settle(ctx, p, settlement{Status: StatusPaid, ChargeID: receipt.ChargeID})
+	case payment.IsDeclined(err):
+		return s.settle(ctx, p, settlement{Status: StatusPaymentFailed, FailureReason: ReasonCardDeclined})
+	case errors.Is(err, payment.ErrPermanent):
+		// The provider rejected our request itself: retrying cannot help.
+		s.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
+		return s.settle(ctx, p, settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderRejected})
+	case s.cfg.Fallback:
+		s.log.WarnContext(ctx, "payment deferred to the worker", "order_id", o.ID, "err", err)
+		return s.settle(ctx, p, settlement{Status: StatusPendingPayment})
+	}
+	// No fallback: the order stays pending and its job (due after lockTTL)
+	// charges it. Free the key so a client retry resumes right away.
+	if relErr := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return idempotency.Release(ctx, tx, p.key)
+	}); relErr != nil {
+		s.log.WarnContext(ctx, "could not release idempotency key", "err", relErr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Result{}, fmt.Errorf("%w: order %s: %w", ErrProviderTimeout, o.ID, err)
+	}
+	return Result{}, fmt.Errorf("%w: order %s: %w", ErrProviderUnavailable, o.ID, err)
+}
+
+// settle is transaction 3: the order's new state, its job and the stored
+// response change together or not at all.
+func (s *Service) settle(ctx context.Context, p placement, to settlement) (Result, error) {
+	var res Result
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		o, _, err := transition(ctx, tx, p.order.ID, to)
+		if err != nil {
+			return err
+		}
+		if o.Status == StatusPendingPayment {
+			res.RetryAfter, err = s.reschedule(ctx, tx, p)
+		} else {
+			err = s.retire(ctx, tx, p.jobID)
+		}
+		if err != nil {
+			return err
+		}
+		res.Order, res.Response = o, s.render(o)
+		return idempotency.Finish(ctx, tx, p.key, res.Response)
+	})
+	return res, err
+}
+
+// reschedule moves the charge job to when the breaker will let a probe
+// through, plus jitter so a burst of deferred orders does not become a burst
+// of worker calls. River has no "update scheduled_at", so the job is
+// replaced; a job the worker is already running is left alone.
+func (s *Service) reschedule(ctx context.Context, tx pgx.Tx, p placement) (time.Duration, error) {
+	wait := max(s.payer.RetryAfter(), 500*time.Millisecond)
+	wait += rand.N(wait/2 + 1)
+	if p.jobID == 0 {
+		return wait, nil // resumed: the existing job stays as scheduled
+	}
+	if _, err := s.jobs.JobDeleteTx(ctx, tx, p.jobID); err != nil {
+		if errors.Is(err, rivertype.ErrJobRunning) {
+			return wait, nil
+		}
+		if !errors.Is(err, rivertype.ErrNotFound) {
+			return 0, fmt.Errorf("reschedule charge of order %s: %w", p.order.ID, err)
+		}
+	}
+	_, err := s.enqueue(ctx, tx, p.order.ID, time.Now().Add(wait))
+	return wait, err
+}
+
+// retire deletes the charge job of a settled order. A job that is running or
+// gone needs nothing: the worker completes jobs of settled orders at once.
+func (s *Service) retire(ctx context.Context, tx pgx.Tx, jobID int64) error {
+	if jobID == 0 {
+		return nil
+	}
+	_, err := s.jobs.JobDeleteTx(ctx, tx, jobID)
+	if err != nil && !errors.Is(err, rivertype.ErrJobRunning) && !errors.Is(err, rivertype.ErrNotFound) {
+		return fmt.Errorf("retire charge job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+// Get returns an order.
+func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DBTimeout)
+	defer cancel()
+	o, err := Get(ctx, s.db, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Order{}, classifyDBError(err)
+	}
+	return o, err
+}
+
+// inTx runs fn in a transaction bounded by DBTimeout.
+func (s *Service) inTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	return classifyDBError(err)
+}
+
+func classifyDBError(err error) error {
+	if err != nil && database.IsUnavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,98 @@
+package order
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrNotFound: no order has that id.
+var ErrNotFound = errors.New("order not found")
+
+// querier is what the storage functions need: a pool, a connection or a
+// transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const orderColumns = `id, status, customer_id, currency, payment_method, items, total,
+	coalesce(charge_id, ''), coalesce(failure_reason, ''), created_at, updated_at`
+
+func insertOrder(ctx context.Context, q querier, o *Order) error {
+	items, err := json.Marshal(o.Items)
+	if err != nil {
+		return fmt.Errorf("encode items: %w", err)
+	}
+	err = q.QueryRow(ctx, `
+		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		RETURNING created_at, updated_at`,
+		o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total,
+	).Scan(&o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("insert order %s: %w", o.ID, err)
+	}
+	return nil
+}
+
+// Get loads an order.
+func Get(ctx context.Context, q querier, id uuid.UUID) (Order, error) {
+	o, err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("load order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// settlement is a transition to a new status.
+type settlement struct {
+	Status        Status
+	ChargeID      string // paid
+	FailureReason string // payment_failed
+}
+
+// transition moves a non-terminal order to s and returns the updated order.
+// It changes nothing when the order is already terminal — the API and the
+// worker may race to settle the same order, and the first one wins — and
+// then returns the order as it stands with changed false.
+func transition(ctx context.Context, q querier, id uuid.UUID, s settlement) (o Order, changed bool, err error) {
+	o, err = scanOrder(q.QueryRow(ctx, `
+		UPDATE orders
+		SET status = $2, charge_id = nullif($3, ''), failure_reason = nullif($4, ''), updated_at = now()
+		WHERE id = $1 AND status IN ('pending', 'pending_payment')
+		RETURNING `+orderColumns, id, s.Status, s.ChargeID, s.FailureReason))
+	if err == nil {
+		return o, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, false, fmt.Errorf("settle order %s as %s: %w", id, s.Status, err)
+	}
+	o, err = Get(ctx, q, id)
+	return o, false, err
+}
+
+func scanOrder(row pgx.Row) (Order, error) {
+	var (
+		o     Order
+		items []byte
+	)
+	err := row.Scan(&o.ID, &o.Status, &o.CustomerID, &o.Currency, &o.PaymentMethod, &items, &o.Total,
+		&o.ChargeID, &o.FailureReason, &o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return Order{}, err
+	}
+	if err := json.Unmarshal(items, &o.Items); err != nil {
+		return Order{}, fmt.Errorf("decode items of order %s: %w", o.ID, err)
+	}
+	o.CreatedAt, o.UpdatedAt = o.CreatedAt.UTC(), o.UpdatedAt.UTC()
+	return o, nil
+}
