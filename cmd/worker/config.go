@@ -1,21 +1,33 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/idempotency"
+	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
 // config is every setting of the worker binary, read from the environment
-// in one place. README.md lists each variable; keep the two in sync.
+// in one place. README.md lists each variable; a test keeps the two in sync.
 type config struct {
-	HTTPAddr        string
-	LogLevel        string
-	ShutdownTimeout time.Duration
-	Database        database.Config
-	PaymentURL      string
+	HTTPAddr             string
+	LogLevel             string
+	ShutdownTimeout      time.Duration
+	Database             database.Config
+	PaymentURL           string
+	Concurrency          int
+	Resilience           resilience.Config
+	RescueStuckJobsAfter time.Duration
+	KeyRetention         time.Duration
+	PruneInterval        time.Duration
+	RiverUIUser          string
+	RiverUIPassword      string
 }
 
 const defaultDatabaseURL = "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable"
@@ -32,7 +44,31 @@ func loadConfig(getenv func(string) string) (config, error) {
 			ConnectTimeout:   env.Duration("DB_CONNECT_TIMEOUT", 2*time.Second, 100*time.Millisecond, time.Minute),
 			StatementTimeout: env.Duration("DB_STATEMENT_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
 		},
-		PaymentURL: env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		PaymentURL:  env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
+		// The worker is always protected: RESILIENCE_MODE is the API's
+		// experiment switch, and a worker without a breaker would stampede
+		// a recovering provider with its whole backlog.
+		Resilience: env.Resilience(resilience.ModeProtected),
+		// Must exceed the job timeout: River rescues a job only once it has
+		// run this long, so a worker killed mid-charge has its job retried.
+		RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, order.ChargeJobTimeout+time.Second, time.Hour),
+		KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
+		PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
+		RiverUIUser:          env.String("RIVERUI_USER", ""),
+		RiverUIPassword:      env.String("RIVERUI_PASSWORD", ""),
 	}
-	return cfg, env.Err()
+	// River retries failed jobs on its own schedule (order.ChargeWorker's
+	// NextRetry); retrying inside a job as well would multiply attempts.
+	cfg.Resilience.MaxAttempts = 1
+	if err := env.Err(); err != nil {
+		return cfg, err
+	}
+	if (cfg.RiverUIUser == "") != (cfg.RiverUIPassword == "") {
+		return cfg, errors.New("RIVERUI_USER and RIVERUI_PASSWORD must be set together")
+	}
+	if err := cfg.Resilience.Validate(); err != nil {
+		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
+	}
+	return cfg, nil
 }

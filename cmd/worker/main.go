@@ -1,6 +1,7 @@
 // Command worker charges the orders checkout could not charge synchronously
-// (pending_payment) once the payment provider recovers. It serves /health,
-// /ready and /metrics on its own port; `worker healthcheck` probes a running
+// (pending_payment), and those whose checkout process died mid-request, once
+// the payment provider recovers. It serves /health, /ready, /metrics and
+// River UI (/riverui/) on its own port; `worker healthcheck` probes a running
 // instance for container healthchecks.
 package main
 
@@ -9,18 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/go-chi/chi/v5"
-
-	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/health"
-	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
@@ -58,21 +52,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, usage)
 		return errors.New("unknown command " + command)
 	}
-}
-
-func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
-	pool, err := database.Open(ctx, cfg.Database)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	reg := telemetry.NewRegistry()
-	r := chi.NewRouter()
-	r.Method(http.MethodGet, "/health", health.Liveness())
-	r.Method(http.MethodGet, "/ready", health.Readiness(time.Second, map[string]health.Check{
-		"database": func(ctx context.Context) error { return pool.Ping(ctx) },
-	}))
-	r.Method(http.MethodGet, "/metrics", telemetry.Handler(reg))
-	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, r, logger)
 }

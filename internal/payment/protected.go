@@ -45,3 +45,13 @@ func Classify(err error) resilience.Class {
 	}
 	return resilience.Transient
 }
+
+// IsRefused reports whether the protection stack turned the call away
+// without reaching the provider: the breaker is open (or half-open with its
+// probes in flight) or the bulkhead stayed full. Such a call cost the
+// provider nothing and is worth trying again once RetryAfter has passed.
+func IsRefused(err error) bool {
+	return errors.Is(err, resilience.ErrOpen) ||
+		errors.Is(err, resilience.ErrTooManyRequests) ||
+		errors.Is(err, resilience.ErrBulkheadFull)
+}

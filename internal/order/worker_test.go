@@ -1,0 +1,301 @@
+package order
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/payment"
+	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
+	"github.com/resilientcheckout/checkout/internal/resilience"
+)
+
+// workerBundle is a real River worker on a fresh database, charging through
+// the real protected client against the simulator over HTTP.
+type workerBundle struct {
+	db      *pgxpool.Pool
+	sim     *simtest.Server
+	reg     *prometheus.Registry
+	metrics *WorkerMetrics
+	payer   *payment.Protected
+}
+
+func setupWorker(t *testing.T) *workerBundle {
+	t.Helper()
+	b := &workerBundle{db: dbtest.Pool(t), sim: simtest.Start(t, 0), reg: prometheus.NewRegistry()}
+	var err error
+	if b.metrics, err = NewWorkerMetrics(b.reg, b.db); err != nil {
+		t.Fatal(err)
+	}
+	client, err := payment.NewClient(payment.Config{BaseURL: b.sim.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := resilience.DefaultConfig()
+	cfg.MaxAttempts = 1 // as in cmd/worker: River does the retrying
+	policy, err := resilience.New("payment-worker", cfg, resilience.Options{Classify: payment.Classify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.payer = payment.NewProtected(client, policy)
+	return b
+}
+
+// start runs a River client with the charge worker until the test ends.
+func (b *workerBundle) start(t *testing.T, payer Payer) {
+	t.Helper()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, NewChargeWorker(b.db, payer, b.metrics, slog.New(slog.DiscardHandler)))
+	client, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{
+		Queues:            map[string]river.QueueConfig{QueuePayments: {MaxWorkers: 4}},
+		Workers:           workers,
+		FetchCooldown:     20 * time.Millisecond,
+		FetchPollInterval: 100 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.StopAndCancel(ctx)
+	})
+}
+
+// pendingOrder saves an order the way the API's fallback leaves it:
+// pending_payment, with its charge job due now.
+func (b *workerBundle) pendingOrder(t *testing.T, paymentMethod string, jobOpts *river.InsertOpts) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	o := Order{
+		ID: uuid.New(), Status: StatusPendingPayment, CustomerID: "cus_1", Currency: "USD",
+		PaymentMethod: paymentMethod, Items: []Item{{SKU: "SKU-1", Quantity: 2, UnitPrice: 1299}}, Total: 2598,
+	}
+	inserter, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, b.db, func(tx pgx.Tx) error {
+		if err := insertOrder(ctx, tx, &o); err != nil {
+			return err
+		}
+		_, err := inserter.InsertTx(ctx, tx, ChargeArgs{OrderID: o.ID}, jobOpts)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("save pending order: %v", err)
+	}
+	return o.ID
+}
+
+// waitFor polls the database (state this test does not own: a River
+// worker changes it) until the order is terminal.
+func (b *workerBundle) waitFor(t *testing.T, id uuid.UUID, within time.Duration) Order {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		o, err := Get(context.Background(), b.db, id)
+		if err != nil {
+			t.Fatalf("load order: %v", err)
+		}
+		if o.Status.Terminal() {
+			return o
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("order %s still %s after %v", id, o.Status, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *workerBundle) job(t *testing.T, id uuid.UUID) (state string, attempt int) {
+	t.Helper()
+	err := b.db.QueryRow(context.Background(),
+		`SELECT state, attempt FROM river_job WHERE kind = 'charge_order' AND args->>'order_id' = $1`, id.String()).
+		Scan(&state, &attempt)
+	if err != nil {
+		t.Fatalf("load job of order %s: %v", id, err)
+	}
+	return state, attempt
+}
+
+func TestWorkerChargesPendingOrderOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", nil)
+	b.start(t, b.payer)
+
+	o := b.waitFor(t, id, 10*time.Second)
+	if o.Status != StatusPaid || o.ChargeID == "" {
+		t.Errorf("order = %s with charge %q, want paid with a charge id", o.Status, o.ChargeID)
+	}
+	if state, _ := b.job(t, id); state != "completed" {
+		t.Errorf("job state = %s, want completed (in the order's settling transaction)", state)
+	}
+	if got, want := b.sim.Stats(t).ChargesByReference[id.String()], 1; got != want {
+		t.Errorf("provider charges = %d, want %d", got, want)
+	}
+}
+
+func TestWorkerDeclineFailsOrderWithoutRetry(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_chargeDeclined", nil)
+	b.start(t, b.payer)
+
+	o := b.waitFor(t, id, 10*time.Second)
+	if o.Status != StatusPaymentFailed || o.FailureReason != ReasonCardDeclined {
+		t.Errorf("order = %s (%s), want payment_failed (card_declined)", o.Status, o.FailureReason)
+	}
+	if state, attempt := b.job(t, id); state != "completed" || attempt != 1 {
+		t.Errorf("job = %s after %d attempts, want completed after 1", state, attempt)
+	}
+	if got := b.sim.Stats(t).TotalCharges; got != 0 {
+		t.Errorf("provider charges = %d, want 0", got)
+	}
+}
+
+func TestWorkerCompletesJobOfSettledOrder(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", nil)
+	// The API settled the order before the worker got to it.
+	if _, _, err := transition(context.Background(), b.db, id, settlement{Status: StatusPaid, ChargeID: "ch_api"}); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.payer)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for state, _ := b.job(t, id); state != "completed"; state, _ = b.job(t, id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("job state = %s, want completed", state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := b.sim.Stats(t).TotalCharges; got != 0 {
+		t.Errorf("provider charges = %d, want 0 for an order that was already paid", got)
+	}
+	if o, _ := Get(context.Background(), b.db, id); o.ChargeID != "ch_api" {
+		t.Errorf("charge id = %q, want the API's ch_api untouched", o.ChargeID)
+	}
+}
+
+// crashAfterCharge charges for real, then fails the first call as if the
+// worker died after the provider recorded the charge and before the
+// database commit.
+type crashAfterCharge struct {
+	Payer
+	calls    atomic.Int32
+	replayed atomic.Bool
+}
+
+func (c *crashAfterCharge) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error) {
+	receipt, err := c.Payer.Charge(ctx, req)
+	if c.calls.Add(1) == 1 && err == nil {
+		return payment.Receipt{}, fmt.Errorf("worker killed before commit: %w", context.Canceled)
+	}
+	c.replayed.Store(receipt.Replayed)
+	return receipt, err
+}
+
+func TestWorkerKilledAfterChargeIsRetriedAndSettledByReplay(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", nil)
+	payer := &crashAfterCharge{Payer: b.payer}
+	b.start(t, payer)
+
+	// River retries after NextRetry (~1 s) once its scheduler runs (every 5 s).
+	o := b.waitFor(t, id, 20*time.Second)
+	if o.Status != StatusPaid {
+		t.Fatalf("order = %s, want paid", o.Status)
+	}
+	if got := payer.calls.Load(); got != 2 {
+		t.Errorf("charge calls = %d, want 2 (the crashed one and the retry)", got)
+	}
+	if !payer.replayed.Load() {
+		t.Error("the retry was not a provider replay: the idempotency key changed between attempts")
+	}
+	if got, want := b.sim.Stats(t).ChargesByReference[id.String()], 1; got != want {
+		t.Errorf("provider charges = %d, want %d", got, want)
+	}
+}
+
+func TestWorkerExhaustedAttemptsFailOrder(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	b.sim.Fault(t, `{"down":true}`)
+	id := b.pendingOrder(t, "pm_card_visa", &river.InsertOpts{MaxAttempts: 1})
+	b.start(t, b.payer)
+
+	o := b.waitFor(t, id, 10*time.Second)
+	if o.Status != StatusPaymentFailed || o.FailureReason != ReasonProviderUnavailable {
+		t.Errorf("order = %s (%s), want payment_failed (provider_unavailable)", o.Status, o.FailureReason)
+	}
+	if got := testutil.ToFloat64(b.metrics.failed.WithLabelValues(ReasonProviderUnavailable)); got != 1 {
+		t.Errorf("checkout_orders_failed_total{reason=provider_unavailable} = %v, want 1", got)
+	}
+	if state, _ := b.job(t, id); state != "completed" {
+		t.Errorf("job state = %s, want completed: the failure is recorded on the order, not left to River", state)
+	}
+}
+
+func TestWorkerSnoozesWhileBreakerOpen(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	b.sim.Fault(t, `{"down":true}`)
+	const n = 14
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = b.pendingOrder(t, "pm_card_visa", nil)
+	}
+	b.start(t, b.payer)
+
+	// Ten failed calls fill the window and open the breaker; later jobs
+	// must snooze (no attempt used) instead of failing.
+	deadline := time.Now().Add(15 * time.Second)
+	for testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobSnoozed)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no job snoozed; breaker state %v", b.payer.RetryAfter())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var discarded int
+	if err := b.db.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE state = 'discarded'`).Scan(&discarded); err != nil {
+		t.Fatal(err)
+	}
+	if discarded != 0 {
+		t.Errorf("%d jobs discarded during the outage, want 0", discarded)
+	}
+
+	b.sim.Reset(t) // measure in-flight during the drain only
+	b.sim.Heal(t)
+	for _, id := range ids {
+		if o := b.waitFor(t, id, 30*time.Second); o.Status != StatusPaid {
+			t.Errorf("order %s = %s after the provider recovered, want paid", id, o.Status)
+		}
+	}
+	st := b.sim.Stats(t)
+	if st.DuplicateReferences != 0 || st.TotalCharges != n {
+		t.Errorf("provider: %d charges, %d references charged twice; want %d and 0", st.TotalCharges, st.DuplicateReferences, n)
+	}
+	if st.MaxInFlight > resilience.DefaultConfig().BulkheadSize {
+		t.Errorf("provider max in-flight during drain = %d, want ≤ the worker's bulkhead (%d)", st.MaxInFlight, resilience.DefaultConfig().BulkheadSize)
+	}
+}
