@@ -58,8 +58,16 @@ func DecodePlaceRequest(body []byte) (PlaceRequest, error) {
 	return req, nil
 }
 
-// checkStructure walks the tokens once: a single top-level object, no
-// duplicated keys at any level, bounded depth, nothing after the value.
+// fieldNames are the order document's keys, at any level. encoding/json
+// matches keys case-insensitively (and folds "ſ" to "s", "K" to "k"), so
+// {"customer_id":"a","CUSTOMER_ID":"b"} would decode as "b" despite the
+// duplicate check; only these exact spellings are accepted. A known name at
+// the wrong level is left to the decoder, which rejects it as unknown.
+var fieldNames = []string{"customer_id", "currency", "payment_method", "items", "sku", "quantity", "unit_price"}
+
+// checkStructure walks the tokens once: a single top-level object, only
+// exactly spelled field names, no duplicated keys at any level, bounded
+// depth, nothing after the value.
 func checkStructure(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -88,6 +96,9 @@ func walkObject(dec *json.Decoder, depth int) error {
 			return errors.New("body is not valid JSON")
 		}
 		key, _ := tok.(string)
+		if !slices.Contains(fieldNames, key) {
+			return fmt.Errorf("unknown field %q", key)
+		}
 		if _, dup := seen[key]; dup {
 			return fmt.Errorf("field %q appears more than once", key)
 		}
