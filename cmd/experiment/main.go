@@ -1,0 +1,132 @@
+// Command experiment drives the outage scenario of DESIGN.md against a running stack and
+// reports it: a Markdown table on stdout, and optionally the run as JSON and an SVG timeline.
+// `experiment report FILE...` combines JSON reports of several runs into one Markdown table.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/resilientcheckout/checkout/internal/experiment"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "experiment:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main with its dependencies passed in, so tests can call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if len(args) > 1 && args[1] == "report" {
+		return combine(args[2:], stdout)
+	}
+	if len(args) > 1 && args[1] == "run" {
+		args = args[1:]
+	}
+	return scenario(ctx, args[1:], getenv, stdout, stderr)
+}
+
+// scenario runs the outage scenario once.
+func scenario(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg := experiment.DefaultConfig()
+	var jsonPath, svgPath string
+	fs := flag.NewFlagSet("experiment", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: experiment [run] [flags]\n       experiment report FILE.json...\n\nflags:")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.CheckoutURL, "checkout", "http://localhost:8080", "checkout API base `URL`")
+	fs.StringVar(&cfg.SimulatorURL, "simulator", "http://localhost:8082", "paymentsim base `URL` (its admin API)")
+	fs.StringVar(&cfg.SimulatorToken, "simulator-token", getenv("PAYMENTSIM_ADMIN_TOKEN"), "paymentsim admin bearer `token` (default $PAYMENTSIM_ADMIN_TOKEN)")
+	fs.StringVar(&cfg.DatabaseURL, "database", getenv("DATABASE_URL"), "checkout's PostgreSQL `URL`, for the audit (default $DATABASE_URL)")
+	fs.StringVar(&cfg.Label, "label", "", "name of the run in reports, e.g. the resilience mode under test")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "checkout requests per second")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long load and probes run")
+	fs.DurationVar(&cfg.OutageStart, "outage-start", cfg.OutageStart, "when the provider fault begins, from the start")
+	fs.DurationVar(&cfg.OutageFor, "outage-for", cfg.OutageFor, "how long the provider fault lasts")
+	fs.Func("fault", "provider fault: latency, down or hang (default latency)", func(s string) error {
+		cfg.Fault = experiment.FaultKind(s)
+		return nil
+	})
+	fs.DurationVar(&cfg.OutageLatency, "outage-latency", cfg.OutageLatency, "latency the provider adds during a latency fault")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "when a checkout client gives up")
+	fs.DurationVar(&cfg.HealthInterval, "health-interval", cfg.HealthInterval, "time between /health probes")
+	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", cfg.HealthTimeout, "when a /health probe gives up")
+	fs.DurationVar(&cfg.MetricsInterval, "metrics-interval", cfg.MetricsInterval, "time between reads of checkout's /metrics for the breaker state")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the worker to settle every order")
+	fs.DurationVar(&cfg.MaxLag, "max-lag", cfg.MaxLag, "refuse the run when a request went out later than this")
+	fs.StringVar(&jsonPath, "json", "", "write the report as JSON to this `file`")
+	fs.StringVar(&svgPath, "svg", "", "write the SVG timeline to this `file`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+
+	report, err := experiment.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if jsonPath != "" {
+		if err := writeFile(jsonPath, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(report)
+		}); err != nil {
+			return err
+		}
+	}
+	if svgPath != "" {
+		if err := writeFile(svgPath, func(w io.Writer) error { return experiment.WriteSVG(w, report) }); err != nil {
+			return err
+		}
+	}
+	return experiment.WriteMarkdown(stdout, report)
+}
+
+// combine prints one Markdown table for the JSON reports in paths.
+func combine(paths []string, stdout io.Writer) error {
+	if len(paths) == 0 {
+		return errors.New("usage: experiment report FILE.json...")
+	}
+	reports := make([]experiment.Report, len(paths))
+	for i, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &reports[i]); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return experiment.WriteMarkdown(stdout, reports...)
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}

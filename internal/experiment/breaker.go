@@ -1,0 +1,174 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// breakerName is the checkout breaker in front of the payment provider.
+const breakerName = "payment"
+
+// Breaker states as resilience_breaker_state exports them (0, 1, 2).
+var breakerStates = []string{"closed", "half-open", "open"}
+
+// Breaker is what a run saw of checkout's payment breaker.
+type Breaker struct {
+	// Observed is false when checkout exports no payment breaker (modes none and timeout).
+	Observed bool   `json:"observed"`
+	Initial  string `json:"initial,omitempty"`
+	// Transitions are the state changes seen by polling /metrics; a change and its reversal
+	// within one polling interval is missed here, but counted in Counted.
+	Transitions []Transition `json:"transitions"`
+	// Counted is the increase of resilience_breaker_transitions_total during the run, by
+	// "from→to".
+	Counted map[string]int `json:"counted"`
+	// PollErrors counts /metrics reads that failed.
+	PollErrors int `json:"poll_errors"`
+}
+
+// Transition is a breaker state change, at an offset from the run's start.
+type Transition struct {
+	At   Millis `json:"at_ms"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// breakerReading is one parse of /metrics.
+type breakerReading struct {
+	found       bool
+	state       string
+	transitions map[string]int // cumulative, by "from→to"
+}
+
+// parseBreaker reads the named breaker's state and transition counters from a Prometheus text
+// exposition.
+func parseBreaker(r io.Reader, name string) (breakerReading, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return breakerReading{}, fmt.Errorf("parse metrics: %w", err)
+	}
+	reading := breakerReading{transitions: make(map[string]int)}
+	for _, m := range families["resilience_breaker_state"].GetMetric() {
+		if label(m.GetLabel(), "name") != name {
+			continue
+		}
+		v := int(m.GetGauge().GetValue())
+		if v < 0 || v >= len(breakerStates) {
+			return breakerReading{}, fmt.Errorf("breaker %s: unknown state %d", name, v)
+		}
+		reading.found, reading.state = true, breakerStates[v]
+	}
+	for _, m := range families["resilience_breaker_transitions_total"].GetMetric() {
+		labels := m.GetLabel()
+		if label(labels, "name") == name {
+			reading.transitions[label(labels, "from")+"→"+label(labels, "to")] = int(m.GetCounter().GetValue())
+		}
+	}
+	return reading, nil
+}
+
+func label(pairs []*dto.LabelPair, name string) string {
+	for _, p := range pairs {
+		if p.GetName() == name {
+			return p.GetValue()
+		}
+	}
+	return ""
+}
+
+// breakerWatch polls checkout's /metrics in the background.
+type breakerWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	seen   breakerTracker // written by the polling goroutine until done is closed
+}
+
+// watchBreaker polls /metrics every cfg.MetricsInterval until stop, timing changes from start.
+func watchBreaker(ctx context.Context, cfg Config, start time.Time) *breakerWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &breakerWatch{cancel: cancel, done: make(chan struct{})}
+	client := &http.Client{Timeout: 10 * cfg.MetricsInterval}
+	url := cfg.CheckoutURL + "/metrics"
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(cfg.MetricsInterval)
+		defer tick.Stop()
+		for {
+			reading, err := readMetrics(ctx, client, url)
+			switch {
+			case err == nil:
+				w.seen.observe(reading, time.Since(start))
+			case ctx.Err() == nil:
+				w.seen.result.PollErrors++
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the polling and returns what it saw.
+func (w *breakerWatch) stop() Breaker {
+	w.cancel()
+	<-w.done
+	return w.seen.result
+}
+
+// breakerTracker folds successive readings into a Breaker.
+type breakerTracker struct {
+	result Breaker
+	first  map[string]int // the transition counters at the first reading
+}
+
+// observe records reading r, taken at offset at from the run's start.
+func (t *breakerTracker) observe(r breakerReading, at time.Duration) {
+	b := &t.result
+	if !r.found {
+		return
+	}
+	if !b.Observed {
+		b.Observed, b.Initial, t.first = true, r.state, r.transitions
+		return
+	}
+	last := b.Initial
+	if n := len(b.Transitions); n > 0 {
+		last = b.Transitions[n-1].To
+	}
+	if r.state != last {
+		b.Transitions = append(b.Transitions, Transition{At: Millis(max(at, 0)), From: last, To: r.state})
+	}
+	b.Counted = make(map[string]int)
+	for k, v := range r.transitions {
+		if d := v - t.first[k]; d > 0 {
+			b.Counted[k] = d
+		}
+	}
+}
+
+func readMetrics(ctx context.Context, client *http.Client, url string) (breakerReading, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return breakerReading{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return breakerReading{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return breakerReading{}, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseBreaker(resp.Body, breakerName)
+}

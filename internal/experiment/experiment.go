@@ -1,0 +1,199 @@
+// Package experiment reproduces the article's outage measurement against a running stack
+// (DESIGN.md, "Experiment"). It drives checkout with an open-loop load while probing /health,
+// scripts a provider fault through the simulator's admin API, follows the payment breaker
+// through checkout's /metrics, then waits for the worker to drain the deferred orders and
+// audits Postgres and the provider's ledger.
+//
+// A run whose own load generator fell behind schedule is refused with a *ScheduleError: late
+// requests would measure the tool, not the service, and would hide a cascade by sending less
+// load than claimed — the article's tool refused for a stalled event loop for the same reason.
+package experiment
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FaultKind is the provider trouble scripted during the outage window.
+type FaultKind string
+
+// The fault kinds the simulator offers that an outage scenario uses.
+const (
+	FaultLatency FaultKind = "latency" // answers, but only after OutageLatency
+	FaultDown    FaultKind = "down"    // answers 503 at once
+	FaultHang    FaultKind = "hang"    // never answers while the window lasts
+)
+
+// Config describes one run. DefaultConfig returns DESIGN.md's scenario; the URLs must be set.
+type Config struct {
+	CheckoutURL    string // checkout API base URL, e.g. http://localhost:8080
+	SimulatorURL   string // paymentsim base URL (its admin API), e.g. http://localhost:8082
+	SimulatorToken string // bearer token of the simulator's admin API, if it has one
+	DatabaseURL    string // the Postgres checkout writes to, for the audit
+
+	// Label names the run in reports, typically the resilience mode under test.
+	Label string
+
+	Rate     float64       // checkout requests per second, issued on schedule (open loop)
+	Duration time.Duration // how long load and probes are issued
+
+	OutageStart   time.Duration // when the fault begins, from the run's start
+	OutageFor     time.Duration // how long it lasts
+	Fault         FaultKind
+	OutageLatency time.Duration // the added latency of FaultLatency
+
+	RequestTimeout  time.Duration // when a checkout client gives up
+	HealthInterval  time.Duration
+	HealthTimeout   time.Duration // when a /health probe gives up
+	MetricsInterval time.Duration // how often /metrics is read for the breaker state
+	DrainTimeout    time.Duration // how long to wait for the worker to settle every order
+
+	// MaxLag is how late a request or probe may be issued before the run is refused.
+	MaxLag time.Duration
+
+	// Logger receives progress messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the article's scenario (DESIGN.md): 6 s at 20 req/s with a 3 s client
+// timeout, /health every 250 ms with a 2 s timeout, the provider 10 s slow from 0.5 s to 3.5 s.
+func DefaultConfig() Config {
+	return Config{
+		Rate:            20,
+		Duration:        6 * time.Second,
+		OutageStart:     500 * time.Millisecond,
+		OutageFor:       3 * time.Second,
+		Fault:           FaultLatency,
+		OutageLatency:   10 * time.Second,
+		RequestTimeout:  3 * time.Second,
+		HealthInterval:  250 * time.Millisecond,
+		HealthTimeout:   2 * time.Second,
+		MetricsInterval: 50 * time.Millisecond,
+		DrainTimeout:    60 * time.Second,
+		MaxLag:          20 * time.Millisecond,
+	}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	for name, raw := range map[string]string{"checkout URL": c.CheckoutURL, "simulator URL": c.SimulatorURL} {
+		if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s %q is not an absolute URL", name, raw))
+		}
+	}
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("database URL is required for the audit"))
+	}
+	switch c.Fault {
+	case FaultLatency, FaultDown, FaultHang:
+	default:
+		errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang", c.Fault))
+	}
+	if c.Rate <= 0 {
+		errs = append(errs, errors.New("rate must be positive"))
+	}
+	positive := map[string]time.Duration{
+		"duration": c.Duration, "request timeout": c.RequestTimeout, "health interval": c.HealthInterval,
+		"health timeout": c.HealthTimeout, "metrics interval": c.MetricsInterval, "drain timeout": c.DrainTimeout,
+		"max lag": c.MaxLag, "outage length": c.OutageFor,
+	}
+	for name, d := range positive {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.OutageStart < 0 {
+		errs = append(errs, errors.New("outage start must not be negative"))
+	}
+	if c.Fault == FaultLatency && c.OutageLatency <= 0 {
+		errs = append(errs, errors.New("outage latency must be positive for a latency fault"))
+	}
+	return errors.Join(errs...)
+}
+
+// inOutage reports whether a request scheduled at offset at falls in the fault window.
+func (c Config) inOutage(at time.Duration) bool {
+	return at >= c.OutageStart && at < c.OutageStart+c.OutageFor
+}
+
+// lead is how far ahead of t=0 the fault is scheduled and the breaker watch starts, so the
+// first request goes out on time and the breaker's state before the load is known.
+const lead = 100 * time.Millisecond
+
+// Run performs one run and reports it. It leaves the simulator without faults, whatever
+// happens. The error is a *ScheduleError when the run must not be reported.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.validate(); err != nil {
+		return Report{}, fmt.Errorf("experiment configuration: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	db, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return Report{}, fmt.Errorf("connect to the database: %w", err)
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+
+	sim := newSimulator(cfg.SimulatorURL, cfg.SimulatorToken)
+	// Each run starts from a clean provider, so max in-flight and the ledger are this run's.
+	if err := sim.clearFaults(ctx); err != nil {
+		return Report{}, err
+	}
+	defer func() {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := sim.clearFaults(cleanup); err != nil {
+			log.Warn("could not clear the simulator's faults", "err", err)
+		}
+	}()
+	if err := sim.reset(ctx); err != nil {
+		return Report{}, err
+	}
+	load := newLoad(cfg, newRunID())
+	if err := load.ready(ctx); err != nil {
+		return Report{}, err
+	}
+
+	start := time.Now().Add(lead)
+	watch := watchBreaker(ctx, cfg, start)
+	if err := sim.scheduleFault(ctx, cfg, start); err != nil {
+		watch.stop()
+		return Report{}, err
+	}
+	log.Info("load started", "label", cfg.Label, "rate", cfg.Rate, "duration", cfg.Duration)
+	samples := load.drive(ctx, start)
+	breaker := watch.stop()
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
+	lag, err := checkSchedule(samples, cfg.MaxLag)
+	if err != nil {
+		return Report{}, err
+	}
+
+	log.Info("load finished; waiting for the worker to settle every order", "drain_timeout", cfg.DrainTimeout)
+	audit, err := drainAndAudit(ctx, db, sim, load.customerID, acknowledged(samples), cfg.DrainTimeout)
+	if err != nil {
+		return Report{}, err
+	}
+	return newReport(cfg, start, samples, lag, breaker, audit), nil
+}
+
+// newRunID names a run's orders, so the audit finds exactly this run's rows in a database
+// that earlier runs also wrote to.
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

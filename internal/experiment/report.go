@@ -1,0 +1,182 @@
+package experiment
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is one run's result. It is what the JSON file holds; WriteMarkdown and WriteSVG
+// render it.
+type Report struct {
+	Label     string    `json:"label"`
+	StartedAt time.Time `json:"started_at"`
+	Scenario  Scenario  `json:"scenario"`
+
+	// Checkout summarises POST /orders over the whole run, during the fault window, and
+	// outside it (while the provider was healthy or recovering).
+	Checkout Phases `json:"checkout"`
+	// Health summarises the /health probes the same way.
+	Health  Phases  `json:"health"`
+	Breaker Breaker `json:"breaker"`
+	Audit   Audit   `json:"audit"`
+
+	// WorstLag is the latest any request went out; a run is only reported when it is within
+	// Scenario.MaxLag.
+	WorstLag Millis   `json:"worst_lag_ms"`
+	Samples  []Sample `json:"samples"`
+}
+
+// Scenario is the part of Config a report needs to be read and drawn.
+type Scenario struct {
+	Rate           float64   `json:"rate"`
+	Duration       Millis    `json:"duration_ms"`
+	OutageStart    Millis    `json:"outage_start_ms"`
+	OutageFor      Millis    `json:"outage_for_ms"`
+	Fault          FaultKind `json:"fault"`
+	OutageLatency  Millis    `json:"outage_latency_ms,omitempty"`
+	RequestTimeout Millis    `json:"request_timeout_ms"`
+	HealthInterval Millis    `json:"health_interval_ms"`
+	HealthTimeout  Millis    `json:"health_timeout_ms"`
+	MaxLag         Millis    `json:"max_lag_ms"`
+}
+
+// Phases splits a probe's samples by when they were due.
+type Phases struct {
+	All     Summary `json:"all"`
+	Outage  Summary `json:"outage"`
+	Healthy Summary `json:"healthy"`
+}
+
+func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, a Audit) Report {
+	phases := func(p Probe) Phases {
+		during := func(s Sample) bool { return cfg.inOutage(time.Duration(s.At)) }
+		return Phases{
+			All:     summarize(samples, p, func(Sample) bool { return true }),
+			Outage:  summarize(samples, p, during),
+			Healthy: summarize(samples, p, func(s Sample) bool { return !during(s) }),
+		}
+	}
+	sc := Scenario{
+		Rate: cfg.Rate, Duration: Millis(cfg.Duration), OutageStart: Millis(cfg.OutageStart),
+		OutageFor: Millis(cfg.OutageFor), Fault: cfg.Fault, RequestTimeout: Millis(cfg.RequestTimeout),
+		HealthInterval: Millis(cfg.HealthInterval), HealthTimeout: Millis(cfg.HealthTimeout), MaxLag: Millis(cfg.MaxLag),
+	}
+	if cfg.Fault == FaultLatency {
+		sc.OutageLatency = Millis(cfg.OutageLatency)
+	}
+	return Report{
+		Label: cfg.Label, StartedAt: start.UTC(), Scenario: sc,
+		Checkout: phases(ProbeCheckout), Health: phases(ProbeHealth),
+		Breaker: b, Audit: a, WorstLag: Millis(lag), Samples: samples,
+	}
+}
+
+// Name is how tables and figures refer to the run, e.g. "protected, 20 req/s".
+func (r Report) Name() string {
+	rate := strconv.FormatFloat(r.Scenario.Rate, 'f', -1, 64) + " req/s"
+	if r.Label == "" {
+		return rate
+	}
+	return r.Label + ", " + rate
+}
+
+// WriteMarkdown writes one table with a row per report, followed by the breaker transitions
+// and any caveat (an unfinished drain) per run, so several runs compare at a glance.
+func WriteMarkdown(w io.Writer, reports ...Report) error {
+	var b strings.Builder
+	b.WriteString("| run | /health timeouts (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight | breaker | accepted | paid | still pending | lost | charged twice |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range reports {
+		h, c, a := r.Health.Outage, r.Checkout, r.Audit
+		fmt.Fprintf(&b, "| %s | %d/%d | %s / %s | %s | %s / %s | %s | %d | %s | %d | %d | %d | %d | %d |\n",
+			r.Name(), h.Outcomes[OutcomeTimeout], h.Count, ms(h.P50), ms(h.P95),
+			outcomes(c.Outage), ms(c.Outage.P50), ms(c.Outage.P95), outcomes(c.Healthy),
+			a.ProviderMaxInFlight, breakerCell(r.Breaker), a.Accepted, a.Paid, a.StillPending, len(a.Lost), a.DoubleCharged)
+	}
+	b.WriteString("\n")
+	for _, r := range reports {
+		fmt.Fprintf(&b, "- **%s**: %s. Provider %s from %v for %v; load went out at most %s late.",
+			r.Name(), transitions(r.Breaker), fault(r.Scenario), time.Duration(r.Scenario.OutageStart),
+			time.Duration(r.Scenario.OutageFor), ms(r.WorstLag))
+		if !r.Audit.Drained {
+			fmt.Fprintf(&b, " **Not drained** after %s: %d orders still pending — the worker did not settle them in time.",
+				seconds(r.Audit.DrainWait), r.Audit.StillPending)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// outcomes lists a summary's outcomes, most frequent first, e.g. "43×503, 15×504".
+func outcomes(s Summary) string {
+	if s.Count == 0 {
+		return "—"
+	}
+	keys := sortedOutcomes(s.Outcomes)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d×%s", s.Outcomes[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sortedOutcomes orders outcomes by count, most frequent first, then by name.
+func sortedOutcomes(counts map[string]int) []string {
+	return slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
+		return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b))
+	})
+}
+
+func breakerCell(b Breaker) string {
+	if !b.Observed {
+		return "none"
+	}
+	for _, t := range b.Transitions {
+		if t.To == "open" {
+			return "opened at " + seconds(t.At)
+		}
+	}
+	return "stayed " + b.Initial
+}
+
+func transitions(b Breaker) string {
+	if !b.Observed {
+		return "no payment breaker exported"
+	}
+	if len(b.Transitions) == 0 {
+		return "breaker stayed " + b.Initial
+	}
+	parts := make([]string, len(b.Transitions))
+	for i, t := range b.Transitions {
+		parts[i] = fmt.Sprintf("%s→%s at %s", t.From, t.To, seconds(t.At))
+	}
+	return "breaker " + strings.Join(parts, ", ")
+}
+
+func fault(s Scenario) string {
+	if s.Fault == FaultLatency {
+		return "+" + time.Duration(s.OutageLatency).String() + " latency"
+	}
+	return string(s.Fault)
+}
+
+// ms formats a latency for a table: whole milliseconds, or tenths below 10 ms where the
+// difference matters (the article's /health p50 is 2 ms).
+func ms(d Millis) string {
+	v := float64(d) / float64(time.Millisecond)
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64) + " ms"
+}
+
+func seconds(d Millis) string {
+	return strconv.FormatFloat(time.Duration(d).Seconds(), 'f', 2, 64) + " s"
+}

@@ -1,0 +1,109 @@
+package experiment
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// simulator speaks paymentsim's admin API. It is a client of its own, not the simulator's
+// types: the experiment treats the provider as an outside system, as checkout does.
+type simulator struct {
+	baseURL string
+	token   string
+	client  *http.Client
+}
+
+func newSimulator(baseURL, token string) *simulator {
+	return &simulator{baseURL: baseURL, token: token, client: &http.Client{Timeout: 5 * time.Second}}
+}
+
+// providerStats is the part of GET /admin/stats the audit reads.
+type providerStats struct {
+	TotalCharges        int            `json:"total_charges"`
+	ChargesByReference  map[string]int `json:"charges_by_reference"`
+	DuplicateReferences int            `json:"duplicate_references"`
+	InFlight            int            `json:"in_flight"`
+	MaxInFlight         int            `json:"max_in_flight"`
+}
+
+// faultWindow is the body of POST /admin/faults.
+type faultWindow struct {
+	Latency  string `json:"latency,omitempty"`
+	Hang     bool   `json:"hang,omitempty"`
+	Down     bool   `json:"down,omitempty"`
+	StartIn  string `json:"start_in"`
+	Duration string `json:"duration"`
+}
+
+func (s *simulator) reset(ctx context.Context) error {
+	return s.do(ctx, http.MethodPost, "/admin/reset", nil, nil)
+}
+
+func (s *simulator) clearFaults(ctx context.Context) error {
+	return s.do(ctx, http.MethodDelete, "/admin/faults", nil, nil)
+}
+
+func (s *simulator) stats(ctx context.Context) (providerStats, error) {
+	var st providerStats
+	err := s.do(ctx, http.MethodGet, "/admin/stats", nil, &st)
+	return st, err
+}
+
+// scheduleFault scripts the outage relative to start. start_in is computed just before the
+// request goes out, so the window is off by at most the request's one-way trip.
+func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Time) error {
+	w := faultWindow{Duration: cfg.OutageFor.String()}
+	switch cfg.Fault {
+	case FaultLatency:
+		w.Latency = cfg.OutageLatency.String()
+	case FaultHang:
+		w.Hang = true
+	case FaultDown:
+		w.Down = true
+	}
+	w.StartIn = max(time.Until(start.Add(cfg.OutageStart)), 0).String()
+	return s.do(ctx, http.MethodPost, "/admin/faults", w, nil)
+}
+
+// do sends an admin request with an optional JSON body and decodes a JSON answer into out.
+func (s *simulator) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("simulator %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.baseURL+path, body)
+	if err != nil {
+		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("simulator %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("simulator %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
