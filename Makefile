@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint
+.PHONY: test build migrate run up lint experiment
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -25,6 +25,10 @@ migrate: build
 ## run: the whole stack as local processes against DATABASE_URL (no Docker)
 run: build
 	scripts/run-local
+
+## experiment: the outage scenario for every mode at 20 and 40 req/s, stack as local processes; writes results/
+experiment:
+	GO=$(GO) scripts/experiment
 
 ## up: the whole stack in Docker
 up:

@@ -35,6 +35,7 @@ import (
 type bundle struct {
 	url    string        // checkout
 	db     *pgxpool.Pool // direct access for assertions, not through a proxy
+	appDB  *pgxpool.Pool // checkout's own pool
 	sim    *paymentsim.Simulator
 	simURL string
 	policy *resilience.Policy
@@ -81,6 +82,7 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 		t.Fatalf("open pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
+	b.appDB = pool
 	b.db, err = pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatalf("open assertion pool: %v", err)
