@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -25,7 +26,8 @@ type Process struct {
 	// http://127.0.0.1:41234.
 	URL string
 
-	cancel context.CancelFunc
+	cancel func() // asks the process to stop, as SIGTERM does
+	kill   func() // binaries only: SIGKILL
 	done   chan struct{}
 	err    error
 	logs   *logBuffer
@@ -52,16 +54,31 @@ func Start(t testing.TB, run RunFunc, args []string, env map[string]string) *Pro
 		}
 	})
 
+	p.awaitListening(t, args[0], addrc)
+	return p
+}
+
+func (p *Process) awaitListening(t testing.TB, name string, addrc <-chan string) {
+	t.Helper()
 	select {
 	case addr := <-addrc:
-		p.URL = "http://" + addr
+		p.URL = "http://" + loopback(addr)
 	case <-p.done:
-		t.Fatalf("%s exited before listening: %v\nlogs:\n%s", args[0], p.err, p.Logs())
+		t.Fatalf("%s exited before listening: %v\nlogs:\n%s", name, p.err, p.Logs())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not log a listen address within 30 s\nlogs:\n%s", args[0], p.Logs())
+		t.Fatalf("%s did not log a listen address within 30 s\nlogs:\n%s", name, p.Logs())
 	}
-	p.waitHealthy(t, args[0])
-	return p
+	p.waitHealthy(t, name)
+}
+
+// loopback turns a wildcard listen address ("[::]:8080") into one a client
+// can dial.
+func loopback(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "" && host != "::" && host != "0.0.0.0") {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 // Stop cancels the process's context and waits for run to return.

@@ -1,0 +1,35 @@
+// Package e2e tests the real binaries as separate processes — checkout,
+// worker and paymentsim talking HTTP to each other and to a real
+// PostgreSQL — against the invariants in DESIGN.md. It has only tests.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/resilientcheckout/checkout/internal/proctest"
+)
+
+// bin holds the binaries built once for all tests of the package.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "checkout-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := proctest.Build("..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	bin = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func binary(name string) string { return filepath.Join(bin, name) }
