@@ -19,11 +19,20 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "experiment:", err)
-		os.Exit(1)
+	err := run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr)
+	if err == nil {
+		return
 	}
+	fmt.Fprintln(os.Stderr, "experiment:", err)
+	// A refused run gets its own exit status, so a script may try it again on a quieter machine.
+	if _, late := errors.AsType[*experiment.ScheduleError](err); late {
+		os.Exit(exitBehindSchedule)
+	}
+	os.Exit(1)
 }
+
+// exitBehindSchedule is the exit status of a run refused because its load went out late.
+const exitBehindSchedule = 3
 
 // run is main with its dependencies passed in, so tests can call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

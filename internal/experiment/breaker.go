@@ -60,7 +60,7 @@ func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 		if label(m.GetLabel(), "name") != name {
 			continue
 		}
-		v := int(m.GetGauge().GetValue())
+		v := int(value(m))
 		if v < 0 || v >= len(breakerStates) {
 			return breakerReading{}, fmt.Errorf("breaker %s: unknown state %d", name, v)
 		}
@@ -69,10 +69,21 @@ func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 	for _, m := range families["resilience_breaker_transitions_total"].GetMetric() {
 		labels := m.GetLabel()
 		if label(labels, "name") == name {
-			reading.transitions[label(labels, "from")+"→"+label(labels, "to")] = int(m.GetCounter().GetValue())
+			reading.transitions[label(labels, "from")+"→"+label(labels, "to")] = int(value(m))
 		}
 	}
 	return reading, nil
+}
+
+// value reads a gauge or counter, also when the exposition left out its TYPE line.
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	}
+	return m.GetUntyped().GetValue()
 }
 
 func label(pairs []*dto.LabelPair, name string) string {

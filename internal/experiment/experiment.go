@@ -146,8 +146,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer db.Close(context.WithoutCancel(ctx))
 
 	sim := newSimulator(cfg.SimulatorURL, cfg.SimulatorToken)
-	// Each run starts from a clean provider, so max in-flight and the ledger are this run's.
+	// Each run starts from a clean, idle provider, so max in-flight and the ledger are this
+	// run's alone: the simulator finishes requests whose client left, for as long as the
+	// injected latency of an earlier run.
 	if err := sim.clearFaults(ctx); err != nil {
+		return Report{}, err
+	}
+	if err := sim.waitIdle(ctx, cfg.DrainTimeout); err != nil {
 		return Report{}, err
 	}
 	defer func() {
@@ -177,13 +182,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
-	lag, err := checkSchedule(samples, cfg.MaxLag)
-	if err != nil {
-		return Report{}, err
-	}
+	lag, late := checkSchedule(samples, cfg.MaxLag)
 
 	log.Info("load finished; waiting for the worker to settle every order", "drain_timeout", cfg.DrainTimeout)
 	audit, err := drainAndAudit(ctx, db, sim, load.customerID, acknowledged(samples), cfg.DrainTimeout)
+	if late != nil {
+		// Refused only now, after the drain, so that a retry starts from a quiet stack.
+		return Report{}, late
+	}
 	if err != nil {
 		return Report{}, err
 	}

@@ -54,6 +54,28 @@ func (s *simulator) stats(ctx context.Context) (providerStats, error) {
 	return st, err
 }
 
+// waitIdle waits, at most timeout, until the provider has no charge in flight.
+func (s *simulator) waitIdle(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := s.stats(ctx)
+		if err != nil {
+			return err
+		}
+		if st.InFlight == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the provider still has %d charges in flight after %v; a run now would count them as its own", st.InFlight, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(drainPoll):
+		}
+	}
+}
+
 // scheduleFault scripts the outage relative to start. start_in is computed just before the
 // request goes out, so the window is off by at most the request's one-way trip.
 func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Time) error {

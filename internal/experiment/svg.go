@@ -99,7 +99,7 @@ func newTimeline(r Report) timeline {
 	tl := timeline{
 		Width: svgWidth, Height: svgHeight, Left: plotLeft, Right: plotRight, Top: plotTop, Bottom: plotBottom,
 		PlotHeight: plotBottom - plotTop, TickEnd: plotBottom + 5,
-		Title: fmt.Sprintf("%s — provider %s from %s for %s", r.Name(), fault(sc), seconds(sc.OutageStart), seconds(sc.OutageFor)),
+		Title: fmt.Sprintf("%s — provider %s from %v for %v", r.Name(), fault(sc), time.Duration(sc.OutageStart), time.Duration(sc.OutageFor)),
 		BandY: bandY, BandHeight: bandHeight, BandLabelX: plotLeft - 6, BandTextY: bandY + 12,
 		OutageLabelY: plotTop + 14,
 		Timeout:      tick{Pos: y(time.Duration(sc.RequestTimeout)), Label: fmt.Sprintf("checkout client gives up (%v)", time.Duration(sc.RequestTimeout))},

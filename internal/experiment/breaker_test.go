@@ -1,0 +1,96 @@
+package experiment
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const exposition = `# HELP resilience_breaker_state Circuit breaker state: 0 closed, 1 half-open, 2 open.
+# TYPE resilience_breaker_state gauge
+resilience_breaker_state{name="payment"} 2
+resilience_breaker_state{name="inventory"} 0
+# HELP resilience_breaker_transitions_total Circuit breaker state changes.
+# TYPE resilience_breaker_transitions_total counter
+resilience_breaker_transitions_total{from="closed",name="payment",to="open"} 3
+resilience_breaker_transitions_total{from="open",name="payment",to="half-open"} 2
+resilience_breaker_transitions_total{from="closed",name="inventory",to="open"} 9
+# HELP http_pool_in_use HTTP requests being served by the pool.
+# TYPE http_pool_in_use gauge
+http_pool_in_use{pool="api"} 16
+`
+
+func TestParseBreaker(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		text      string
+		wantFound bool
+		wantState string
+		wantCount map[string]int
+		wantErr   bool
+	}{
+		{"open, with counters", exposition, true, "open", map[string]int{"closed→open": 3, "open→half-open": 2}, false},
+		{"no breaker in this mode", "# TYPE http_pool_in_use gauge\nhttp_pool_in_use{pool=\"api\"} 1\n", false, "", map[string]int{}, false},
+		{"half-open", "resilience_breaker_state{name=\"payment\"} 1\n", true, "half-open", map[string]int{}, false},
+		{"unknown state", "resilience_breaker_state{name=\"payment\"} 7\n", false, "", nil, true},
+		{"not an exposition", "resilience_breaker_state{name=\"payment\" 1\n", false, "", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseBreaker(strings.NewReader(tt.text), "payment")
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("parseBreaker() error = %v, want error %v", err, tt.wantErr)
+			}
+			if got.found != tt.wantFound || got.state != tt.wantState {
+				t.Errorf("parseBreaker() = found %v, state %q; want %v, %q", got.found, got.state, tt.wantFound, tt.wantState)
+			}
+			if !tt.wantErr && !maps.Equal(got.transitions, tt.wantCount) {
+				t.Errorf("transitions = %v, want %v", got.transitions, tt.wantCount)
+			}
+		})
+	}
+}
+
+func TestBreakerTracker(t *testing.T) {
+	t.Parallel()
+	reading := func(state string, counts map[string]int) breakerReading {
+		return breakerReading{found: true, state: state, transitions: counts}
+	}
+	var tr breakerTracker
+	// Counters carry a transition from an earlier run, which must not be counted.
+	tr.observe(reading("closed", map[string]int{"half-open→closed": 1}), -50*time.Millisecond)
+	tr.observe(reading("closed", map[string]int{"half-open→closed": 1}), 0)
+	tr.observe(reading("open", map[string]int{"half-open→closed": 1, "closed→open": 1}), 1100*time.Millisecond)
+	// Half-open and back to open between two polls: not seen as a state, but counted.
+	tr.observe(reading("open", map[string]int{"half-open→closed": 1, "closed→open": 1, "open→half-open": 1, "half-open→open": 1}), 2200*time.Millisecond)
+	tr.observe(reading("closed", map[string]int{"half-open→closed": 2, "closed→open": 1, "open→half-open": 2, "half-open→open": 1}), 4*time.Second)
+
+	got := tr.result
+	if !got.Observed || got.Initial != "closed" {
+		t.Errorf("observed %v, initial %q; want true, closed", got.Observed, got.Initial)
+	}
+	want := []Transition{
+		{At: Millis(1100 * time.Millisecond), From: "closed", To: "open"},
+		{At: Millis(4 * time.Second), From: "open", To: "closed"},
+	}
+	if !slices.Equal(got.Transitions, want) {
+		t.Errorf("transitions = %v, want %v", got.Transitions, want)
+	}
+	wantCounted := map[string]int{"closed→open": 1, "open→half-open": 2, "half-open→open": 1, "half-open→closed": 1}
+	if !maps.Equal(got.Counted, wantCounted) {
+		t.Errorf("counted = %v, want %v", got.Counted, wantCounted)
+	}
+}
+
+func TestBreakerTrackerWithoutBreaker(t *testing.T) {
+	t.Parallel()
+	var tr breakerTracker
+	tr.observe(breakerReading{}, 0)
+	if tr.result.Observed || len(tr.result.Transitions) != 0 {
+		t.Errorf("result = %+v, want nothing observed", tr.result)
+	}
+}

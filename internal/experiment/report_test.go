@@ -1,0 +1,193 @@
+package experiment
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sampleReport is a protected-mode run in miniature: the provider slow from 0.5 s to 3.5 s,
+// checkout deferring orders while it is, /health fast throughout.
+func sampleReport(t *testing.T) Report {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Label = "protected"
+	d := func(ms int) Millis { return Millis(time.Duration(ms) * time.Millisecond) }
+	samples := []Sample{
+		{Probe: ProbeCheckout, At: d(0), Latency: d(210), Outcome: "201", OrderID: "o1"},
+		{Probe: ProbeCheckout, At: d(600), Latency: d(550), Outcome: "202", OrderID: "o2"},
+		{Probe: ProbeCheckout, At: d(1500), Latency: d(3), Outcome: "202", OrderID: "o3"},
+		{Probe: ProbeCheckout, At: d(2000), Latency: d(3000), Outcome: OutcomeTimeout},
+		{Probe: ProbeCheckout, At: d(4000), Latency: d(205), Outcome: "201", OrderID: "o4"},
+		{Probe: ProbeHealth, At: d(0), Latency: d(1), Outcome: "200"},
+		{Probe: ProbeHealth, At: d(1000), Latency: d(2), Outcome: "200"},
+		{Probe: ProbeHealth, At: d(2000), Latency: d(2000), Outcome: OutcomeTimeout},
+	}
+	breaker := Breaker{Observed: true, Initial: "closed", Transitions: []Transition{
+		{At: d(1150), From: "closed", To: "open"},
+		{At: d(2260), From: "open", To: "half-open"},
+		{At: d(4050), From: "half-open", To: "closed"},
+	}}
+	audit := Audit{Acknowledged: 4, Accepted: 4, Stored: 5, Paid: 5, ProviderMaxInFlight: 6, Drained: true, Lost: []string{}}
+	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, audit)
+}
+
+func TestNewReportPhases(t *testing.T) {
+	t.Parallel()
+	r := sampleReport(t)
+	tests := []struct {
+		name      string
+		got       Summary
+		wantCount int
+		wantP50   time.Duration
+	}{
+		{"checkout, all", r.Checkout.All, 5, 210 * time.Millisecond},
+		{"checkout, outage", r.Checkout.Outage, 3, 550 * time.Millisecond},
+		{"checkout, healthy", r.Checkout.Healthy, 2, 205 * time.Millisecond},
+		{"health, outage", r.Health.Outage, 2, 2 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if tt.got.Count != tt.wantCount || time.Duration(tt.got.P50) != tt.wantP50 {
+			t.Errorf("%s: count %d, p50 %v; want %d, %v", tt.name, tt.got.Count, time.Duration(tt.got.P50), tt.wantCount, tt.wantP50)
+		}
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	t.Parallel()
+	r := sampleReport(t)
+	undrained := r
+	undrained.Label, undrained.Breaker = "none", Breaker{}
+	undrained.Audit = Audit{Acknowledged: 3, Accepted: 3, Stored: 3, StillPending: 2, Lost: []string{"o9"}, DoubleCharged: 1, DrainWait: Millis(time.Minute)}
+
+	var b strings.Builder
+	if err := WriteMarkdown(&b, r, undrained); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		"| protected, 20 req/s | 1/2 | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 6 | opened at 1.15 s | 4 | 5 | 0 | 0 | 0 |\n",
+		"| none, 20 req/s | 1/2 | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 0 | none | 3 | 0 | 2 | 1 | 1 |\n",
+		"- **protected, 20 req/s**: breaker closed→open at 1.15 s, open→half-open at 2.26 s, half-open→closed at 4.05 s. Provider +10s latency from 500ms for 3s; load went out at most 3.0 ms late.\n",
+		"**Not drained** after 60.00 s: 2 orders still pending",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("markdown lacks %q; got:\n%s", want, got)
+		}
+	}
+	if rows := strings.Count(got, "\n|"); rows != 3 {
+		t.Errorf("table has %d rows after the header, want 3 (separator and two runs)", rows)
+	}
+}
+
+func TestReportJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	r := sampleReport(t)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	var want, got strings.Builder
+	_ = WriteMarkdown(&want, r)
+	_ = WriteMarkdown(&got, back)
+	if got.String() != want.String() {
+		t.Errorf("markdown after a JSON round trip:\n%s\nwant:\n%s", got.String(), want.String())
+	}
+}
+
+func TestWriteSVG(t *testing.T) {
+	t.Parallel()
+	withBreaker := sampleReport(t)
+	withoutBreaker := withBreaker
+	withoutBreaker.Label, withoutBreaker.Breaker = `none <"&">`, Breaker{}
+	tests := []struct {
+		name      string
+		report    Report
+		wantBand  int
+		wantTitle string
+	}{
+		{"protected", withBreaker, 4, "protected, 20 req/s — provider +10s latency from 500ms for 3s"},
+		{"label needing escapes, no breaker", withoutBreaker, 0, `none <"&">, 20 req/s — provider +10s latency from 500ms for 3s`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var b bytes.Buffer
+			if err := WriteSVG(&b, tt.report); err != nil {
+				t.Fatal(err)
+			}
+			got := countElements(t, b.Bytes())
+			if got.title != tt.wantTitle {
+				t.Errorf("title = %q, want %q", got.title, tt.wantTitle)
+			}
+			if got.inGroup["checkout/circle"] != 5 {
+				t.Errorf("%d checkout dots, want 5", got.inGroup["checkout/circle"])
+			}
+			if got.inGroup["health/rect"] != 3 {
+				t.Errorf("%d health squares, want 3", got.inGroup["health/rect"])
+			}
+			if got.inGroup["breaker/rect"] != tt.wantBand {
+				t.Errorf("%d breaker band segments, want %d", got.inGroup["breaker/rect"], tt.wantBand)
+			}
+			if got.inGroup["outage/rect"] != 1 {
+				t.Errorf("%d outage windows, want 1", got.inGroup["outage/rect"])
+			}
+		})
+	}
+}
+
+type svgCounts struct {
+	title   string
+	inGroup map[string]int // "group id/element name" → count
+}
+
+// countElements parses an SVG document strictly, failing the test if it is not well-formed
+// XML, and counts the elements inside each top-level group.
+func countElements(t *testing.T, doc []byte) svgCounts {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(doc))
+	c := svgCounts{inGroup: make(map[string]int)}
+	var group string
+	var path []string
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed: %v\n%s", err, doc)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			path = append(path, tok.Name.Local)
+			if tok.Name.Local == "g" {
+				for _, a := range tok.Attr {
+					if a.Name.Local == "id" {
+						group = a.Value
+					}
+				}
+			} else if len(path) == 3 && path[1] == "g" {
+				c.inGroup[group+"/"+tok.Name.Local]++
+			}
+		case xml.EndElement:
+			path = path[:len(path)-1]
+		case xml.CharData:
+			if len(path) == 2 && path[1] == "title" {
+				c.title = string(tok)
+			}
+		}
+	}
+	if len(path) != 0 || c.title == "" {
+		t.Fatalf("SVG ended inside %v or has no title", path)
+	}
+	return c
+}

@@ -1,0 +1,115 @@
+package experiment
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestScheduleFault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		fault FaultKind
+		want  faultWindow
+	}{
+		{FaultLatency, faultWindow{Latency: "10s", Duration: "3s"}},
+		{FaultDown, faultWindow{Down: true, Duration: "3s"}},
+		{FaultHang, faultWindow{Hang: true, Duration: "3s"}},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.fault), func(t *testing.T) {
+			t.Parallel()
+			var got faultWindow
+			var auth string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				auth = r.Header.Get("Authorization")
+				if r.Method != http.MethodPost || r.URL.Path != "/admin/faults" {
+					http.NotFound(w, r)
+					return
+				}
+				_ = json.NewDecoder(r.Body).Decode(&got)
+				w.WriteHeader(http.StatusCreated)
+			}))
+			t.Cleanup(srv.Close)
+
+			cfg := DefaultConfig()
+			cfg.Fault = tt.fault
+			start := time.Now().Add(lead)
+			if err := newSimulator(srv.URL, "secret").scheduleFault(t.Context(), cfg, start); err != nil {
+				t.Fatal(err)
+			}
+			startIn, err := time.ParseDuration(got.StartIn)
+			// The window starts 0.5 s after t=0, which is at most lead away.
+			if err != nil || startIn <= cfg.OutageStart || startIn > cfg.OutageStart+lead {
+				t.Errorf("start_in = %q, want within (%v, %v]", got.StartIn, cfg.OutageStart, cfg.OutageStart+lead)
+			}
+			got.StartIn = ""
+			if got != tt.want {
+				t.Errorf("fault = %+v, want %+v", got, tt.want)
+			}
+			if auth != "Bearer secret" {
+				t.Errorf("Authorization = %q, want the bearer token", auth)
+			}
+		})
+	}
+}
+
+func TestSimulatorErrors(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"type":"authentication_error"}}`, http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	err := newSimulator(srv.URL, "").reset(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "authentication_error") {
+		t.Errorf("reset() = %v, want an error naming the status and the simulator's message", err)
+	}
+}
+
+func TestSimulatorStats(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7}`))
+	}))
+	t.Cleanup(srv.Close)
+	got, err := newSimulator(srv.URL, "").stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TotalCharges != 3 || got.DuplicateReferences != 1 || got.MaxInFlight != 7 || got.ChargesByReference["o1"] != 2 {
+		t.Errorf("stats = %+v, want 3 charges, 1 duplicate, max in flight 7", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	valid := DefaultConfig()
+	valid.CheckoutURL, valid.SimulatorURL, valid.DatabaseURL = "http://localhost:8080", "http://localhost:8082", "postgres://localhost/x"
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{"defaults with URLs", func(*Config) {}, ""},
+		{"relative checkout URL", func(c *Config) { c.CheckoutURL = "localhost:8080" }, "checkout URL"},
+		{"no database", func(c *Config) { c.DatabaseURL = "" }, "database URL"},
+		{"unknown fault", func(c *Config) { c.Fault = "slow" }, `fault "slow"`},
+		{"zero rate", func(c *Config) { c.Rate = 0 }, "rate"},
+		{"zero latency for a latency fault", func(c *Config) { c.OutageLatency = 0 }, "outage latency"},
+		{"zero latency is fine when down", func(c *Config) { c.Fault, c.OutageLatency = FaultDown, 0 }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := valid
+			tt.change(&cfg)
+			err := cfg.validate()
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("validate() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
