@@ -165,3 +165,37 @@ func metric(t *testing.T, baseURL, sample string) float64 {
 	}
 	return 0
 }
+
+// TestShutdownLetsRunningChargeFinish stops the worker (as SIGTERM does)
+// while a charge is inside the provider call: the soft stop must let it
+// finish and commit, instead of abandoning a charge the provider made.
+func TestShutdownLetsRunningChargeFinish(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	sim := simtest.Start(t, time.Second)
+	db, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	sim.Fault(t, `{"down":true}`)
+	placeOrders(t, db, sim.URL, 1)
+	sim.Heal(t)
+
+	w := proctest.Start(t, run, []string{"worker"}, map[string]string{
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
+		"PAYMENT_ATTEMPT_TIMEOUT": "5s", "BREAKER_SLOW_CALL_THRESHOLD": "5s",
+	})
+	for deadline := time.Now().Add(15 * time.Second); sim.Sim.Stats().InFlight == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never called the provider")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatalf("worker stopped with error: %v", err)
+	}
+	if got := countOrders(t, db, order.StatusPaid); got != 1 {
+		t.Errorf("paid orders after shutdown = %d, want 1: the running charge was abandoned", got)
+	}
+}
