@@ -7,6 +7,7 @@ package checkout_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v4"
 )
 
 // longRunning are the services that must report health and restart.
@@ -120,12 +122,13 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 	}
 }
 
-func loadCompose(t *testing.T, path string, env []string) *types.Project {
+func loadCompose(t *testing.T, path string, env []string, profiles ...string) *types.Project {
 	t.Helper()
 	opts, err := cli.NewProjectOptions([]string{path},
 		cli.WithWorkingDirectory(filepath.Dir(path)),
 		cli.WithEnv(env),
 		cli.WithName("checkout"),
+		cli.WithProfiles(profiles),
 	)
 	if err != nil {
 		t.Fatalf("compose options: %v", err)
@@ -264,4 +267,254 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// observability is the compose profile that adds Prometheus and Grafana.
+const observability = "observability"
+
+// observabilityServices maps each service of the profile to its published
+// port and the files of deploy/ it must mount (container path → repository
+// path).
+var observabilityServices = map[string]struct {
+	port   string
+	mounts map[string]string
+}{
+	"prometheus": {port: "9090", mounts: map[string]string{
+		"/etc/prometheus/prometheus.yml": "deploy/prometheus/prometheus.yml",
+		"/etc/prometheus/alerts.yml":     "deploy/prometheus/alerts.yml",
+	}},
+	"grafana": {port: "3000", mounts: map[string]string{
+		"/etc/grafana/provisioning/datasources": "deploy/grafana/provisioning/datasources",
+		"/etc/grafana/provisioning/dashboards":  "deploy/grafana/provisioning/dashboards",
+		"/var/lib/grafana/dashboards":           "deploy/grafana/dashboards",
+	}},
+}
+
+func TestComposeObservabilityProfile(t *testing.T) {
+	t.Parallel()
+	project := loadCompose(t, "docker-compose.yml", nil, observability)
+	for _, err := range checkCompose(project) {
+		t.Error(err)
+	}
+	for _, err := range checkObservability(project) {
+		t.Error(err)
+	}
+}
+
+func TestComposeObservabilityIsOptIn(t *testing.T) {
+	t.Parallel()
+	project := loadCompose(t, "docker-compose.yml", nil)
+	for name := range observabilityServices {
+		if _, ok := project.Services[name]; ok {
+			t.Errorf("%s runs without --profile %s; the demo's default stack must stay small", name, observability)
+		}
+		if _, ok := project.DisabledServices[name]; !ok {
+			t.Errorf("%s: not defined in docker-compose.yml", name)
+		}
+	}
+}
+
+// TestComposeObservabilityCheckCatchesBreakage proves checkObservability can
+// fail, editing the files the way a careless change would.
+func TestComposeObservabilityCheckCatchesBreakage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, file, old, new, wantErr string
+	}{
+		{
+			name: "image not pinned", file: "docker-compose.yml",
+			old: "image: prom/prometheus:v3.5.0", new: "image: prom/prometheus:latest",
+			wantErr: `prometheus: image "prom/prometheus:latest" is not pinned`,
+		},
+		{
+			name: "scrape target port differs from compose", file: "deploy/prometheus/prometheus.yml",
+			old: `targets: ["worker:8081"]`, new: `targets: ["worker:9091"]`,
+			wantErr: `scrape target "worker:9091": worker listens on 8081`,
+		},
+		{
+			name: "scrape target is not a compose service", file: "deploy/prometheus/prometheus.yml",
+			old: `targets: ["paymentsim:8082"]`, new: `targets: ["simulator:8082"]`,
+			wantErr: `scrape target "simulator:8082": no such compose service`,
+		},
+		{
+			name: "rules file not mounted", file: "deploy/prometheus/prometheus.yml",
+			old: "/etc/prometheus/alerts.yml", new: "/etc/prometheus/rules.yml",
+			wantErr: `rule file /etc/prometheus/rules.yml is not mounted`,
+		},
+		{
+			name: "grafana outside the profile", file: "docker-compose.yml",
+			old: "    image: grafana/grafana:11.6.0\n    profiles: [\"observability\"]\n", new: "    image: grafana/grafana:11.6.0\n",
+			wantErr: `grafana: profiles [], want [observability]`,
+		},
+		{
+			name: "datasource points elsewhere", file: "deploy/grafana/provisioning/datasources/prometheus.yml",
+			old: "url: http://prometheus:9090", new: "url: http://localhost:9090",
+			wantErr: `datasource url "http://localhost:9090", want http://prometheus:9090`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS("deploy")); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"docker-compose.yml", "Dockerfile"} {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(dir, f), string(b))
+			}
+			original, err := os.ReadFile(tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(original), tt.old) {
+				t.Fatalf("%s no longer contains the text this case edits:\n%s", tt.file, tt.old)
+			}
+			writeFile(t, filepath.Join(dir, tt.file), strings.Replace(string(original), tt.old, tt.new, 1))
+
+			errs := checkObservability(loadCompose(t, filepath.Join(dir, "docker-compose.yml"), nil, observability))
+			var got []string
+			for _, err := range errs {
+				got = append(got, err.Error())
+			}
+			if !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, tt.wantErr) }) {
+				t.Errorf("got errors %q, want one containing %q", got, tt.wantErr)
+			}
+		})
+	}
+}
+
+// pinnedImage matches name:tag with a tag that names a release.
+var pinnedImage = regexp.MustCompile(`^[a-z0-9./-]+:v?[0-9]+\.[0-9]+\.[0-9]+$`)
+
+// checkObservability returns every rule the observability profile breaks:
+// both services in the profile, pinned, healthy, published, mounting the
+// deploy/ files that exist; Prometheus scraping exactly the application
+// services on the ports compose gives them and loading mounted rule files;
+// Grafana's datasource pointing at the prometheus service.
+func checkObservability(p *types.Project) []error {
+	var errs []error
+	fail := func(service, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", service, fmt.Sprintf(format, args...)))
+	}
+	mounted := map[string]map[string]string{} // service → container path → host path
+	for name, want := range observabilityServices {
+		s, ok := p.Services[name]
+		if !ok {
+			fail(name, "service missing with --profile %s (or outside the profile)", observability)
+			continue
+		}
+		if !slices.Equal(s.Profiles, []string{observability}) {
+			fail(name, "profiles %v, want [%s]", s.Profiles, observability)
+		}
+		if !pinnedImage.MatchString(s.Image) {
+			fail(name, "image %q is not pinned to a release", s.Image)
+		}
+		if s.HealthCheck == nil || s.HealthCheck.Disable || len(s.HealthCheck.Test) == 0 {
+			fail(name, "no healthcheck")
+		}
+		if !slices.ContainsFunc(s.Ports, func(pc types.ServicePortConfig) bool {
+			return pc.Published == want.port && fmt.Sprint(pc.Target) == want.port
+		}) {
+			fail(name, "port %s not published", want.port)
+		}
+		mounted[name] = map[string]string{}
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind {
+				mounted[name][v.Target] = v.Source
+			}
+		}
+		for target, src := range want.mounts {
+			got, ok := mounted[name][target]
+			switch {
+			case !ok:
+				fail(name, "%s not mounted at %s", src, target)
+			case got != filepath.Join(p.WorkingDir, src):
+				fail(name, "mounts %s at %s, want %s", got, target, src)
+			}
+			if _, err := os.Stat(filepath.Join(p.WorkingDir, src)); err != nil {
+				fail(name, "mounted file: %v", err)
+			}
+		}
+	}
+	if _, ok := p.Services["grafana"].DependsOn["prometheus"]; !ok {
+		fail("grafana", "does not depend on prometheus")
+	}
+
+	var prom struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	promConfig := filepath.Join(p.WorkingDir, "deploy/prometheus/prometheus.yml")
+	if err := readYAML(promConfig, &prom); err != nil {
+		fail("prometheus", "%v", err)
+	}
+	var scraped []string
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				host, port, _ := strings.Cut(target, ":")
+				app, ok := appServices[host]
+				switch {
+				case !ok:
+					fail("prometheus", "scrape target %q: no such compose service", target)
+				case port != app.port:
+					fail("prometheus", "scrape target %q: %s listens on %s", target, host, app.port)
+				case sc.JobName != host:
+					fail("prometheus", "job %q scrapes %s; name the job after the service (dashboards filter on job)", sc.JobName, host)
+				}
+				scraped = append(scraped, host)
+			}
+		}
+	}
+	slices.Sort(scraped)
+	if want := slices.Sorted(maps.Keys(appServices)); !slices.Equal(scraped, want) {
+		fail("prometheus", "scrapes %q, want each of %q once", scraped, want)
+	}
+	if len(prom.RuleFiles) == 0 {
+		fail("prometheus", "loads no rule files")
+	}
+	for _, f := range prom.RuleFiles {
+		if _, ok := mounted["prometheus"][f]; !ok {
+			fail("prometheus", "rule file %s is not mounted", f)
+		}
+	}
+
+	var datasources struct {
+		Datasources []struct {
+			Type, URL, UID string
+		} `yaml:"datasources"`
+	}
+	if err := readYAML(filepath.Join(p.WorkingDir, "deploy/grafana/provisioning/datasources/prometheus.yml"), &datasources); err != nil {
+		fail("grafana", "%v", err)
+	}
+	wantURL := "http://prometheus:" + observabilityServices["prometheus"].port
+	for _, ds := range datasources.Datasources {
+		if ds.URL != wantURL {
+			fail("grafana", "datasource url %q, want %s", ds.URL, wantURL)
+		}
+	}
+	if len(datasources.Datasources) != 1 {
+		fail("grafana", "%d datasources provisioned, want 1", len(datasources.Datasources))
+	}
+	return errs
+}
+
+func readYAML(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -47,6 +48,15 @@ const (
 	invalidBody = `{"customer_id":"","currency":"usd","payment_method":"pm_card_visa",` +
 		`"items":[{"sku":"SKU-1","quantity":0,"unit_price":100000001}]}`
 )
+
+// startCheckout runs checkout's real wiring on a loopback port against the
+// given database and provider, with extra settings on top.
+func startCheckout(t *testing.T, dbURL, paymentURL string, extra map[string]string) *proctest.Process {
+	t.Helper()
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": paymentURL}
+	maps.Copy(env, extra)
+	return proctest.Start(t, run, []string{"checkout"}, env)
+}
 
 func loadSpec(t *testing.T) *openapi3.T {
 	t.Helper()
@@ -242,11 +252,7 @@ func TestResponsesMatchOpenAPISpec(t *testing.T) {
 	t.Parallel()
 	sim := simtest.Start(t, 0)
 	dbURL := dbtest.URL(t)
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"DATABASE_URL": dbURL,
-		"PAYMENT_URL":  sim.URL,
-	})
+	p := startCheckout(t, dbURL, sim.URL, nil)
 	c := newContract(t, p.URL)
 
 	paidKey := uuid.NewString()
@@ -317,10 +323,7 @@ func TestResponsesMatchOpenAPISpec(t *testing.T) {
 // business routes answer the storage-unavailable 503 and /ready 503.
 func TestUnavailableResponsesMatchOpenAPISpec(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"DATABASE_URL": "postgres://nobody@" + closedAddr(t) + "/none?sslmode=disable",
-	})
+	p := startCheckout(t, "postgres://nobody@"+closedAddr(t)+"/none?sslmode=disable", "", nil)
 	c := newContract(t, p.URL)
 	c.check(t, postOrder("503 storage unavailable", uuid.NewString(), orderBody).want(503).problem(urn+"storage-unavailable"))
 	c.check(t, call{name: "503 GET order", method: http.MethodGet, path: "/orders/" + uuid.NewString()}.want(503).problem(urn+"storage-unavailable"))
@@ -333,10 +336,7 @@ func TestUnavailableResponsesMatchOpenAPISpec(t *testing.T) {
 func TestUnprotectedModeResponsesMatchOpenAPISpec(t *testing.T) {
 	t.Parallel()
 	sim := simtest.Start(t, 0)
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
-		"HTTP_ADDR":               "127.0.0.1:0",
-		"DATABASE_URL":            dbtest.URL(t),
-		"PAYMENT_URL":             sim.URL,
+	p := startCheckout(t, dbtest.URL(t), sim.URL, map[string]string{
 		"RESILIENCE_MODE":         "timeout",
 		"PAYMENT_ATTEMPT_TIMEOUT": "100ms",
 	})

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/observability/obstest"
+	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
+)
+
+// TestExportsDashboardAndAlertMetrics scrapes a running checkout for every
+// metric deploy/'s dashboard and alert rules read from it.
+func TestExportsDashboardAndAlertMetrics(t *testing.T) {
+	t.Parallel()
+	sim := simtest.Start(t, 0)
+	p := startCheckout(t, dbtest.URL(t), sim.URL, map[string]string{
+		// One failed call opens the breaker, so a breaker transition (a
+		// series that exists only once one happened) takes one order.
+		"BREAKER_WINDOW":       "1",
+		"BREAKER_MIN_CALLS":    "1",
+		"PAYMENT_MAX_ATTEMPTS": "1",
+	})
+	post := func(body string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", uuid.NewString())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	post(orderBody)
+	get(t, p.URL+"/health")
+	sim.Fault(t, `{"down":true}`)
+	post(orderBody) // 202: breaker closed → open
+
+	obstest.CheckExported(t, "checkout", p.URL+"/metrics")
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/resilientcheckout/checkout/internal/observability/obstest"
+	"github.com/resilientcheckout/checkout/internal/proctest"
+)
+
+// TestExportsDashboardAndAlertMetrics scrapes a running simulator for every
+// metric deploy/'s dashboard and alert rules read from it.
+func TestExportsDashboardAndAlertMetrics(t *testing.T) {
+	t.Parallel()
+	p := proctest.Start(t, run, []string{"paymentsim"}, map[string]string{
+		"HTTP_ADDR":          "127.0.0.1:0",
+		"PAYMENTSIM_LATENCY": "0s",
+	})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/charges",
+		strings.NewReader(`{"amount":100,"currency":"USD","payment_method":"pm_card_visa","reference":"metrics"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "metrics-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, want := resp.StatusCode, http.StatusCreated; got != want {
+		t.Fatalf("charge: status %d, want %d", got, want)
+	}
+
+	obstest.CheckExported(t, "paymentsim", p.URL+"/metrics")
+}
