@@ -90,16 +90,19 @@ func (r Report) Name() string {
 // and any caveat (an unfinished drain) per run, so several runs compare at a glance.
 func WriteMarkdown(w io.Writer, reports ...Report) error {
 	var b strings.Builder
-	b.WriteString("| run | /health timeouts (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight | breaker | accepted | paid | still pending | lost | charged twice |\n")
+	b.WriteString("| run | /health failures (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight | breaker | accepted | paid | still pending | lost | charged twice |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range reports {
 		h, c, a := r.Health.Outage, r.Checkout, r.Audit
-		fmt.Fprintf(&b, "| %s | %d/%d | %s / %s | %s | %s / %s | %s | %d | %s | %d | %d | %d | %d | %d |\n",
-			r.Name(), h.Outcomes[OutcomeTimeout], h.Count, ms(h.P50), ms(h.P95),
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d | %s | %d | %d | %d | %d | %d |\n",
+			r.Name(), healthFailures(h), ms(h.P50), ms(h.P95),
 			outcomes(c.Outage), ms(c.Outage.P50), ms(c.Outage.P95), outcomes(c.Healthy),
 			a.ProviderMaxInFlight, breakerCell(r.Breaker), a.Accepted, a.Paid, a.StillPending, len(a.Lost), a.DoubleCharged)
 	}
-	b.WriteString("\n")
+	b.WriteString("\nOutage: requests due inside the fault window; healthy: those due outside it. Accepted: orders answered " +
+		"201 or 202. Paid and still pending: every order of the run in Postgres after the drain, including those whose client " +
+		"got a 5xx or gave up. Lost: orders answered 201, 202 or 402 but missing from Postgres. Charged twice: from the " +
+		"provider's ledger.\n\n")
 	for _, r := range reports {
 		fmt.Fprintf(&b, "- **%s**: %s. Provider %s from %v for %v; load went out at most %s late.",
 			r.Name(), transitions(r.Breaker), fault(r.Scenario), time.Duration(r.Scenario.OutageStart),
@@ -125,6 +128,21 @@ func outcomes(s Summary) string {
 		parts[i] = fmt.Sprintf("%d×%s", s.Outcomes[k], k)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// healthFailures counts the probes that did not get 200, e.g. "8/12 (8×timeout)": a 503
+// from a saturated pool is as much a failed liveness probe as a timeout.
+func healthFailures(s Summary) string {
+	failed := maps.Clone(s.Outcomes)
+	delete(failed, "200")
+	n := 0
+	for _, c := range failed {
+		n += c
+	}
+	if n == 0 {
+		return fmt.Sprintf("0/%d", s.Count)
+	}
+	return fmt.Sprintf("%d/%d (%s)", n, s.Count, outcomes(Summary{Count: n, Outcomes: failed}))
 }
 
 // sortedOutcomes orders outcomes by count, most frequent first, then by name.
