@@ -78,22 +78,30 @@ type Claim struct {
 	Response Response  // set for Finished
 }
 
-// ClaimKey takes the key for this request inside tx, locking it until
-// lockUntil. A concurrent claim of the same key waits on the primary key
-// until tx ends, then sees the row: that wait is what makes concurrent
-// identical requests produce one order.
-func ClaimKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockUntil time.Time) (Claim, error) {
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO idempotency_keys (key, request_fingerprint, locked_until)
-		VALUES ($1, $2, $3)
-		ON CONFLICT (key) DO NOTHING`, key, fingerprint, lockUntil)
-	if err != nil {
-		return Claim{}, fmt.Errorf("claim idempotency key: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return Claim{State: Claimed}, nil
-	}
+// QueueClaim queues, on a batch of the transaction that creates orderID,
+// the claim of a new key for this request, locked until lockUntil; *claimed
+// reports whether the key was new. The order's row must be queued first: the
+// key references it.
+//
+// A concurrent claim of the same key waits on the primary key until the
+// first transaction ends, then finds the key taken: that wait is what makes
+// concurrent identical requests produce one order. A caller whose claim
+// failed rolls back and calls Lookup.
+func QueueClaim(b *pgx.Batch, key string, fingerprint []byte, orderID uuid.UUID, lockUntil time.Time, claimed *bool) {
+	b.Queue(`
+		INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT (key) DO NOTHING`, key, fingerprint, orderID, lockUntil,
+	).Exec(func(tag pgconn.CommandTag) error {
+		*claimed = tag.RowsAffected() == 1
+		return nil
+	})
+}
 
+// Lookup reads an existing key inside tx and says what this request may do
+// with it. If the key's lock has expired without a response, the request
+// takes it over (State Resumed), locking it again until lockUntil.
+func Lookup(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockUntil time.Time) (Claim, error) {
 	var (
 		storedFingerprint []byte
 		orderID           *uuid.UUID
@@ -103,7 +111,7 @@ func ClaimKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lo
 		location          *string
 		body              []byte
 	)
-	err = tx.QueryRow(ctx, `
+	err := tx.QueryRow(ctx, `
 		SELECT request_fingerprint, order_id, coalesce(locked_until > now(), false),
 		       response_status, response_content_type, response_location, response_body
 		FROM idempotency_keys WHERE key = $1 FOR UPDATE`, key).
@@ -135,31 +143,20 @@ func ClaimKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lo
 	return claim, nil
 }
 
-// AttachOrder records which order the key created, so a resumed request
-// finds it.
-func AttachOrder(ctx context.Context, tx pgx.Tx, key string, orderID uuid.UUID) error {
-	if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET order_id = $2 WHERE key = $1`, key, orderID); err != nil {
-		return fmt.Errorf("attach order to idempotency key: %w", err)
-	}
-	return nil
-}
-
-// Finish stores the final response and releases the lock, inside the
-// transaction that settles the request's effects.
-func Finish(ctx context.Context, tx pgx.Tx, key string, r Response) error {
+// QueueFinish queues, on the batch that settles the request's effects, the
+// storing of its final response and the release of its lock. The first
+// response stored wins: a request that outlived its lock cannot overwrite
+// what a resumed request already answered.
+func QueueFinish(b *pgx.Batch, key string, r Response) {
 	var location *string
 	if r.Location != "" {
 		location = &r.Location
 	}
-	_, err := tx.Exec(ctx, `
+	b.Queue(`
 		UPDATE idempotency_keys
 		SET response_status = $2, response_content_type = $3, response_location = $4,
 		    response_body = $5, locked_until = NULL
-		WHERE key = $1`, key, r.Status, r.ContentType, location, r.Body)
-	if err != nil {
-		return fmt.Errorf("store idempotent response: %w", err)
-	}
-	return nil
+		WHERE key = $1 AND response_status IS NULL`, key, r.Status, r.ContentType, location, r.Body)
 }
 
 // Execer is what the functions below run SQL on: a *pgxpool.Pool or a pgx.Tx.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -50,17 +51,42 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-// claim runs ClaimKey in a transaction of its own.
+var errTaken = errors.New("key taken")
+
+// claim does what the checkout flow does with a key: try to claim it in the
+// transaction that creates an order, and look the key up when it is taken.
 func claim(t *testing.T, db *pgxpool.Pool, key string, fp []byte, lockFor time.Duration) idempotency.Claim {
 	t.Helper()
+	ctx := context.Background()
+	until := time.Now().Add(lockFor)
+	orderID := uuid.New()
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var claimed bool
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
+			VALUES ($1, 'pending', 'c', 'USD', 'pm', '[{}]', 1)`, orderID)
+		idempotency.QueueClaim(b, key, fp, orderID, until, &claimed)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if !claimed {
+			return errTaken // roll the order back, as the flow does
+		}
+		return nil
+	})
+	if err == nil {
+		return idempotency.Claim{State: idempotency.Claimed, OrderID: orderID}
+	}
+	if !errors.Is(err, errTaken) {
+		t.Fatalf("claim %s: %v", key, err)
+	}
 	var c idempotency.Claim
-	err := pgx.BeginFunc(context.Background(), db, func(tx pgx.Tx) error {
-		var err error
-		c, err = idempotency.ClaimKey(context.Background(), tx, key, fp, time.Now().Add(lockFor))
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		c, err = idempotency.Lookup(ctx, tx, key, fp, until)
 		return err
 	})
 	if err != nil {
-		t.Fatalf("ClaimKey(%s): %v", key, err)
+		t.Fatalf("Lookup(%s): %v", key, err)
 	}
 	return c
 }
@@ -87,10 +113,9 @@ func TestClaimLifecycle(t *testing.T) {
 			}
 		}},
 		{name: "after Finish", fp: fp, want: idempotency.Finished, before: func(t *testing.T) {
-			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-				return idempotency.Finish(ctx, tx, "k", idempotency.Response{Status: 201, ContentType: "application/json", Location: "/x", Body: []byte(`{}`)})
-			})
-			if err != nil {
+			b := &pgx.Batch{}
+			idempotency.QueueFinish(b, "k", idempotency.Response{Status: 201, ContentType: "application/json", Location: "/x", Body: []byte(`{}`)})
+			if err := db.SendBatch(ctx, b).Close(); err != nil {
 				t.Fatal(err)
 			}
 			// Release never unlocks a finished request into a resumable one.

@@ -45,11 +45,10 @@ type Payer interface {
 	RetryAfter() time.Duration
 }
 
-// JobClient is the part of *river.Client the service uses to enqueue and
-// retire charge jobs inside its own transactions.
+// JobClient is the part of *river.Client the service uses: enqueueing a
+// charge job inside the transaction that creates its order.
 type JobClient interface {
 	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
-	JobDeleteTx(ctx context.Context, tx pgx.Tx, id int64) (*rivertype.JobRow, error)
 }
 
 // Renderer turns an order into the HTTP response stored for its
@@ -117,13 +116,15 @@ type placement struct {
 
 // Place creates the order for one Idempotency-Key and tries to charge it.
 //
-//  1. One transaction claims the key and inserts the order (pending) and its
-//     charge job, due after this request's deadline. From here on the order
-//     cannot be lost: if this process dies, the worker charges it.
+//  1. One transaction inserts the order (pending), claims the key and
+//     enqueues the order's charge job, due after this request's deadline.
+//     From here on the order cannot be lost: if this process dies, the
+//     worker charges it.
 //  2. The charge runs through the Payer (retry → breaker → bulkhead →
 //     timeout) within PaymentBudget.
-//  3. One transaction settles the order, retires or reschedules the job and
-//     stores the response for replays.
+//  3. One batch — a single round trip and an implicit transaction — settles
+//     the order, retires or reschedules its job and stores the response
+//     for replays.
 func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Result, error) {
 	total, err := req.Validate()
 	if err != nil {
@@ -131,7 +132,7 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Resu
 	}
 	p, claim, err := s.begin(ctx, key, req, total)
 	if err != nil {
-		return Result{}, err
+		return Result{}, classifyDBError(err)
 	}
 	switch claim.State {
 	case idempotency.Finished:
@@ -148,47 +149,60 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Resu
 	return s.charge(ctx, p)
 }
 
-// begin is transaction 1.
+// errKeyTaken rolls back a first transaction whose key already existed.
+var errKeyTaken = errors.New("idempotency key already claimed")
+
+// begin is step 1. Its common case — a new key — costs one batch and the
+// job insert; a key seen before costs a second transaction to look it up.
 func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, idempotency.Claim, error) {
+	due := time.Now().Add(s.cfg.lockTTL())
 	p := placement{key: key}
+	o, err := newOrder(req, total)
+	if err != nil {
+		return p, idempotency.Claim{}, err
+	}
+	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var claimed bool
+		b := &pgx.Batch{}
+		queueInsertOrder(b, &o)
+		idempotency.QueueClaim(b, key, req.Fingerprint(), o.ID, due, &claimed)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if !claimed {
+			return errKeyTaken
+		}
+		p.order = o
+		p.jobID, err = s.enqueue(ctx, tx, o.ID, due)
+		return err
+	})
+	if !errors.Is(err, errKeyTaken) {
+		return p, idempotency.Claim{State: idempotency.Claimed}, err
+	}
+
 	var claim idempotency.Claim
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		due := time.Now().Add(s.cfg.lockTTL())
-		claim, err = idempotency.ClaimKey(ctx, tx, key, req.Fingerprint(), due)
-		if err != nil {
+		if claim, err = idempotency.Lookup(ctx, tx, key, req.Fingerprint(), due); err != nil {
 			return err
 		}
-		switch claim.State {
-		case idempotency.Claimed:
-			p.order, p.jobID, err = s.create(ctx, tx, key, req, total, due)
-			return err
-		case idempotency.Resumed:
+		if claim.State == idempotency.Resumed {
 			p.order, err = Get(ctx, tx, claim.OrderID)
-			return err
 		}
-		return nil
+		return err
 	})
 	return p, claim, err
 }
 
-func (s *Service) create(ctx context.Context, tx pgx.Tx, key string, req PlaceRequest, total int64, due time.Time) (Order, int64, error) {
+func newOrder(req PlaceRequest, total int64) (Order, error) {
 	id, err := uuid.NewV7() // time-ordered: new rows land at the end of the primary key index
 	if err != nil {
-		return Order{}, 0, fmt.Errorf("new order id: %w", err)
+		return Order{}, fmt.Errorf("new order id: %w", err)
 	}
-	o := Order{
+	return Order{
 		ID: id, Status: StatusPending, CustomerID: req.CustomerID, Currency: req.Currency,
 		PaymentMethod: req.PaymentMethod, Items: req.Items, Total: total,
-	}
-	if err := insertOrder(ctx, tx, &o); err != nil {
-		return Order{}, 0, err
-	}
-	if err := idempotency.AttachOrder(ctx, tx, key, o.ID); err != nil {
-		return Order{}, 0, err
-	}
-	jobID, err := s.enqueue(ctx, tx, o.ID, due)
-	return o, jobID, err
+	}, nil
 }
 
 func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time) (int64, error) {
@@ -235,62 +249,44 @@ func (s *Service) charge(ctx context.Context, p placement) (Result, error) {
 	return Result{}, fmt.Errorf("%w: order %s: %w", ErrProviderUnavailable, o.ID, err)
 }
 
-// settle is transaction 3: the order's new state, its job and the stored
-// response change together or not at all.
+// settle is step 3: the order's new state, its job and the stored response
+// change together or not at all, in one round trip. The order update only
+// applies to an order still unsettled — the API and the worker may race to
+// settle it, and the first one wins; both charged with the same provider
+// key, so both hold the same charge.
 func (s *Service) settle(ctx context.Context, p placement, to settlement) (Result, error) {
-	var res Result
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		o, _, err := transition(ctx, tx, p.order.ID, to)
-		if err != nil {
-			return err
-		}
+	o := p.order
+	b := &pgx.Batch{}
+	if !o.Status.Terminal() {
+		o.Status, o.ChargeID, o.FailureReason = to.Status, to.ChargeID, to.FailureReason
+		o.UpdatedAt = time.Now().UTC().Truncate(time.Microsecond) // what Postgres stores
+		queueSettle(b, o)
+	}
+	res := Result{Order: o, Response: s.render(o)}
+	if p.jobID != 0 { // 0: a resumed request; its job stays as scheduled
 		if o.Status == StatusPendingPayment {
-			res.RetryAfter, err = s.reschedule(ctx, tx, p)
+			res.RetryAfter = s.probeDelay()
+			b.Queue(rescheduleJobSQL, p.jobID, time.Now().Add(res.RetryAfter))
 		} else {
-			err = s.retire(ctx, tx, p.jobID)
+			b.Queue(retireJobSQL, p.jobID)
 		}
-		if err != nil {
-			return err
-		}
-		res.Order, res.Response = o, s.render(o)
-		return idempotency.Finish(ctx, tx, p.key, res.Response)
-	})
-	return res, err
+	}
+	idempotency.QueueFinish(b, p.key, res.Response)
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
+	defer cancel()
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return Result{}, classifyDBError(fmt.Errorf("settle order %s as %s: %w", o.ID, o.Status, err))
+	}
+	return res, nil
 }
 
-// reschedule moves the charge job to when the breaker will let a probe
-// through, plus jitter so a burst of deferred orders does not become a burst
-// of worker calls. River has no "update scheduled_at", so the job is
-// replaced; a job the worker is already running is left alone.
-func (s *Service) reschedule(ctx context.Context, tx pgx.Tx, p placement) (time.Duration, error) {
+// probeDelay is when a deferred order's job should run: once the breaker
+// lets a probe through, plus jitter so a burst of deferred orders does not
+// become a burst of worker calls.
+func (s *Service) probeDelay() time.Duration {
 	wait := max(s.payer.RetryAfter(), 500*time.Millisecond)
-	wait += rand.N(wait/2 + 1)
-	if p.jobID == 0 {
-		return wait, nil // resumed: the existing job stays as scheduled
-	}
-	if _, err := s.jobs.JobDeleteTx(ctx, tx, p.jobID); err != nil {
-		if errors.Is(err, rivertype.ErrJobRunning) {
-			return wait, nil
-		}
-		if !errors.Is(err, rivertype.ErrNotFound) {
-			return 0, fmt.Errorf("reschedule charge of order %s: %w", p.order.ID, err)
-		}
-	}
-	_, err := s.enqueue(ctx, tx, p.order.ID, time.Now().Add(wait))
-	return wait, err
-}
-
-// retire deletes the charge job of a settled order. A job that is running or
-// gone needs nothing: the worker completes jobs of settled orders at once.
-func (s *Service) retire(ctx context.Context, tx pgx.Tx, jobID int64) error {
-	if jobID == 0 {
-		return nil
-	}
-	_, err := s.jobs.JobDeleteTx(ctx, tx, jobID)
-	if err != nil && !errors.Is(err, rivertype.ErrJobRunning) && !errors.Is(err, rivertype.ErrNotFound) {
-		return fmt.Errorf("retire charge job %d: %w", jobID, err)
-	}
-	return nil
+	return wait + rand.N(wait/2+1)
 }
 
 // Get returns an order.
@@ -304,12 +300,12 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 	return o, err
 }
 
-// inTx runs fn in a transaction bounded by DBTimeout.
+// inTx runs fn in a transaction bounded by DBTimeout. A client that hangs
+// up does not cancel it: a half-done request is worse than a finished one.
 func (s *Service) inTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
-	return classifyDBError(err)
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
 }
 
 func classifyDBError(err error) error {

@@ -24,21 +24,32 @@ type querier interface {
 const orderColumns = `id, status, customer_id, currency, payment_method, items, total,
 	coalesce(charge_id, ''), coalesce(failure_reason, ''), created_at, updated_at`
 
-func insertOrder(ctx context.Context, q querier, o *Order) error {
-	items, err := json.Marshal(o.Items)
-	if err != nil {
-		return fmt.Errorf("encode items: %w", err)
-	}
-	err = q.QueryRow(ctx, `
+// queueInsertOrder queues the insert of a new order on b, filling in its
+// timestamps when the batch runs.
+func queueInsertOrder(b *pgx.Batch, o *Order) {
+	items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
+	b.Queue(`
 		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		RETURNING created_at, updated_at`,
 		o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total,
-	).Scan(&o.CreatedAt, &o.UpdatedAt)
-	if err != nil {
-		return fmt.Errorf("insert order %s: %w", o.ID, err)
-	}
-	return nil
+	).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&o.CreatedAt, &o.UpdatedAt); err != nil {
+			return fmt.Errorf("insert order %s: %w", o.ID, err)
+		}
+		o.CreatedAt, o.UpdatedAt = o.CreatedAt.UTC(), o.UpdatedAt.UTC()
+		return nil
+	})
+}
+
+// queueSettle queues the move of an unsettled order to o's status; it
+// changes nothing if the order is already paid or failed.
+func queueSettle(b *pgx.Batch, o Order) {
+	b.Queue(`
+		UPDATE orders
+		SET status = $2, charge_id = nullif($3, ''), failure_reason = nullif($4, ''), updated_at = $5
+		WHERE id = $1 AND status IN ('pending', 'pending_payment')`,
+		o.ID, o.Status, o.ChargeID, o.FailureReason, o.UpdatedAt)
 }
 
 // Get loads an order.

@@ -92,7 +92,9 @@ func (b *workerBundle) pendingOrder(t *testing.T, paymentMethod string, jobOpts 
 		t.Fatal(err)
 	}
 	err = pgx.BeginFunc(ctx, b.db, func(tx pgx.Tx) error {
-		if err := insertOrder(ctx, tx, &o); err != nil {
+		b := &pgx.Batch{}
+		queueInsertOrder(b, &o)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		_, err := inserter.InsertTx(ctx, tx, ChargeArgs{OrderID: o.ID}, jobOpts)
