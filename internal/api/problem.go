@@ -80,7 +80,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	case errors.Is(err, order.ErrUnavailable):
 		log.WarnContext(r.Context(), "database unavailable", "err", err)
 		w.Header().Set("Retry-After", seconds(retryAfterUnavailable))
-		p = newProblem(http.StatusServiceUnavailable, "storage-unavailable", "Orders cannot be accepted right now; nothing was stored. Retry with the same Idempotency-Key.")
+		p = newProblem(http.StatusServiceUnavailable, "storage-unavailable", "The order could not be stored or settled right now. Retry with the same Idempotency-Key: a retry never creates a second order or charge.")
 	case errors.Is(err, order.ErrProviderTimeout):
 		p = newProblem(http.StatusGatewayTimeout, "payment-timeout", "The payment provider did not answer in time. The order is saved and will be charged later.")
 	case errors.Is(err, order.ErrProviderUnavailable):
