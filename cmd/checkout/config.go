@@ -25,6 +25,12 @@ type config struct {
 	Orders          order.Config
 }
 
+func resilienceDefaults(mode resilience.Mode) resilience.Config {
+	d := resilience.DefaultConfig()
+	d.Mode = mode
+	return d
+}
+
 const defaultDatabaseURL = "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable"
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -42,7 +48,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			StatementTimeout: env.Duration("DB_STATEMENT_TIMEOUT", 2*time.Second, 100*time.Millisecond, time.Minute),
 		},
 		PaymentURL: env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
-		Resilience: env.Resilience(env.Mode()),
+		Resilience: env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
 			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),
 			MaxWait: env.Duration("API_POOL_WAIT", apiPool.MaxWait, 0, time.Minute),

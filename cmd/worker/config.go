@@ -30,6 +30,22 @@ type config struct {
 	RiverUIPassword      string
 }
 
+// workerResilienceDefaults adjusts DESIGN.md's defaults for a background
+// worker. It is always protected: RESILIENCE_MODE is the API's experiment
+// switch, and a worker without a breaker would stampede a recovering
+// provider with its whole backlog. Its breaker may trip after 4 calls (its
+// bulkhead's worth) rather than 10: no customer waits on a background
+// charge, so there is nothing to gain from confirming an outage with more
+// calls, each of which a hung provider keeps working on (measured in the
+// experiment: the provider's max in-flight drops when the worker stops
+// early).
+func workerResilienceDefaults() resilience.Config {
+	d := resilience.DefaultConfig()
+	d.Mode = resilience.ModeProtected
+	d.MinCalls = d.BulkheadSize
+	return d
+}
+
 const defaultDatabaseURL = "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable"
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -46,10 +62,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		},
 		PaymentURL:  env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
-		// The worker is always protected: RESILIENCE_MODE is the API's
-		// experiment switch, and a worker without a breaker would stampede
-		// a recovering provider with its whole backlog.
-		Resilience: env.Resilience(resilience.ModeProtected),
+		Resilience: env.Resilience(workerResilienceDefaults()),
 		// Must exceed the job timeout: River rescues a job only once it has
 		// run this long, so a worker killed mid-charge has its job retried.
 		RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, order.ChargeJobTimeout+time.Second, time.Hour),

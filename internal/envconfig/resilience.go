@@ -6,13 +6,13 @@ import (
 	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
-// Resilience reads the payment protection stack's settings. checkout and the
-// worker read the same names, each for its own policy; DESIGN.md's defaults
-// table (resilience.DefaultConfig) applies to what is unset.
-func (r *Reader) Resilience(mode resilience.Mode) resilience.Config {
-	d := resilience.DefaultConfig()
+// Resilience reads the payment protection stack's settings over the
+// defaults d. checkout and the worker read the same names, each for its own
+// policy; each binary picks its defaults (DESIGN.md's table, via
+// resilience.DefaultConfig, with the worker's adjustments).
+func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	return resilience.Config{
-		Mode:              mode,
+		Mode:              d.Mode,
 		AttemptTimeout:    r.Duration("PAYMENT_ATTEMPT_TIMEOUT", d.AttemptTimeout, time.Millisecond, time.Minute),
 		MaxAttempts:       r.Int("PAYMENT_MAX_ATTEMPTS", d.MaxAttempts, 1, 10),
 		BackoffBase:       r.Duration("PAYMENT_BACKOFF_BASE", d.BackoffBase, 0, time.Minute),
