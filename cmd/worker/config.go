@@ -62,7 +62,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		},
 		PaymentURL:  env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
-		Resilience: env.Resilience(workerResilienceDefaults()),
+		Resilience:  env.Resilience(workerResilienceDefaults()),
 		// Must exceed the job timeout: River rescues a job only once it has
 		// run this long, so a worker killed mid-charge has its job retried.
 		RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, order.ChargeJobTimeout+time.Second, time.Hour),
