@@ -31,8 +31,6 @@ func resilienceDefaults(mode resilience.Mode) resilience.Config {
 	return d
 }
 
-const defaultDatabaseURL = "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable"
-
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	apiPool, healthPool := resilience.DefaultAPIPool(), resilience.DefaultHealthPool()
@@ -41,14 +39,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
-		Database: database.Config{
-			URL:              env.URL("DATABASE_URL", defaultDatabaseURL, "postgres", "postgresql"),
-			MaxConns:         int32(env.Int("DB_MAX_CONNS", 20, 1, 1000)),
-			ConnectTimeout:   env.Duration("DB_CONNECT_TIMEOUT", time.Second, 100*time.Millisecond, time.Minute),
-			StatementTimeout: env.Duration("DB_STATEMENT_TIMEOUT", 2*time.Second, 100*time.Millisecond, time.Minute),
-		},
-		PaymentURL: env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
-		Resilience: env.Resilience(resilienceDefaults(env.Mode())),
+		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
+		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
 			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),
 			MaxWait: env.Duration("API_POOL_WAIT", apiPool.MaxWait, 0, time.Minute),

@@ -46,23 +46,16 @@ func workerResilienceDefaults() resilience.Config {
 	return d
 }
 
-const defaultDatabaseURL = "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable"
-
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8081"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
-		Database: database.Config{
-			URL:              env.URL("DATABASE_URL", defaultDatabaseURL, "postgres", "postgresql"),
-			MaxConns:         int32(env.Int("DB_MAX_CONNS", 10, 1, 1000)),
-			ConnectTimeout:   env.Duration("DB_CONNECT_TIMEOUT", 2*time.Second, 100*time.Millisecond, time.Minute),
-			StatementTimeout: env.Duration("DB_STATEMENT_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
-		},
-		PaymentURL:  env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
-		Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
-		Resilience:  env.Resilience(workerResilienceDefaults()),
+		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
+		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		Concurrency:     env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
+		Resilience:      env.Resilience(workerResilienceDefaults()),
 		// Must exceed the job timeout: River rescues a job only once it has
 		// run this long, so a worker killed mid-charge has its job retried.
 		RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, order.ChargeJobTimeout+time.Second, time.Hour),
