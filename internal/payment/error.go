@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 )
 
@@ -79,15 +80,39 @@ func newStatusError(status int, body []byte) *Error {
 	return e
 }
 
+// kindOf follows the protocol: 402 declines, 400 and 422 reject our request
+// itself. Everything else is treated as provider trouble, including 401,
+// 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a
+// misrouting proxy — an outage to fix, during which orders must be deferred
+// (and the breaker open, and alerts fire), not failed one by one.
 func kindOf(status int) error {
-	switch {
-	case status == http.StatusPaymentRequired:
+	switch status {
+	case http.StatusPaymentRequired:
 		return ErrDeclined
-	case status == http.StatusRequestTimeout, status == http.StatusConflict,
-		status == http.StatusTooEarly, status == http.StatusTooManyRequests, status >= 500:
-		return ErrTransient
-	default:
-		// 400, 422 and the rest of 4xx (401/403/404 mean a wrong URL or key), and redirects.
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return ErrPermanent
+	default:
+		return ErrTransient
 	}
+}
+
+// NotCharged reports whether a failed charge attempt certainly did not
+// charge: the connection was never made, or the provider said it did not
+// process the request (429 rate limited, 503 unavailable), or it declined or
+// rejected it. Any other failure — a timeout, a reset or lost response, a
+// 409 (the same key still in flight), a 500 — is ambiguous: the provider may
+// hold a charge, which only a retry with the same key can reveal.
+func NotCharged(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch {
+	case e.Kind == ErrDeclined, e.Kind == ErrPermanent:
+		return true
+	case e.StatusCode == http.StatusTooManyRequests, e.StatusCode == http.StatusServiceUnavailable:
+		return true
+	}
+	var opErr *net.OpError
+	return e.StatusCode == 0 && errors.As(e.Err, &opErr) && opErr.Op == "dial"
 }

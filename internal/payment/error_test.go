@@ -1,11 +1,14 @@
 package payment_test
 
 import (
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/resilientcheckout/checkout/internal/payment"
 )
@@ -20,12 +23,14 @@ func TestClassification(t *testing.T) {
 		body   string
 		want   error // nil: success
 	}{
-		{"created", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD"}`, nil},
+		{"created", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD","reference":"o1"}`, nil},
+		{"created for another amount", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":1,"currency":"USD","reference":"o1"}`, payment.ErrPermanent},
+		{"created for another order", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD","reference":"o2"}`, payment.ErrPermanent},
 		{"declined without a body", http.StatusPaymentRequired, ``, payment.ErrDeclined},
 		{"bad request", http.StatusBadRequest, `{"error":{"type":"invalid_request_error","message":"x"}}`, payment.ErrPermanent},
-		{"unauthorized", http.StatusUnauthorized, ``, payment.ErrPermanent},
-		{"not found", http.StatusNotFound, `404 page not found`, payment.ErrPermanent},
-		{"redirect", http.StatusFound, ``, payment.ErrPermanent},
+		{"unauthorized: a rotated key is an outage, not a rejection", http.StatusUnauthorized, ``, payment.ErrTransient},
+		{"not found: a wrong URL is an outage", http.StatusNotFound, `404 page not found`, payment.ErrTransient},
+		{"redirect", http.StatusFound, ``, payment.ErrTransient},
 		{"unprocessable", http.StatusUnprocessableEntity, ``, payment.ErrPermanent},
 		{"conflict", http.StatusConflict, ``, payment.ErrTransient},
 		{"too many requests", http.StatusTooManyRequests, ``, payment.ErrTransient},
@@ -98,4 +103,61 @@ func TestNewClientRejectsBadURL(t *testing.T) {
 			t.Errorf("NewClient(%q): got nil error, want one", u)
 		}
 	}
+}
+
+// TestNotCharged separates failures that certainly charged nothing from
+// ambiguous ones, which the worker must never turn into payment_failed.
+func TestNotCharged(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		status int
+		want   bool
+	}{
+		{"declined", http.StatusPaymentRequired, true},
+		{"rejected", http.StatusBadRequest, true},
+		{"rate limited", http.StatusTooManyRequests, true},
+		{"unavailable", http.StatusServiceUnavailable, true},
+		{"same key in flight", http.StatusConflict, false},
+		{"internal error", http.StatusInternalServerError, false},
+		{"gateway timeout", http.StatusGatewayTimeout, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := fixedProvider(t, tt.status, ``).Charge(t.Context(), order("o1"))
+			if got := payment.NotCharged(err); got != tt.want {
+				t.Errorf("NotCharged(%v) = %v, want %v", err, got, tt.want)
+			}
+		})
+	}
+
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		client, err := payment.NewClient(payment.Config{BaseURL: "http://" + addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.Charge(t.Context(), order("o1"))
+		if !payment.NotCharged(err) {
+			t.Errorf("NotCharged(%v) = false, want true: nothing was sent", err)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		_, err := b.client.Charge(ctx, order("o1"))
+		if payment.NotCharged(err) {
+			t.Errorf("NotCharged(%v) = true, want false: the provider may be charging", err)
+		}
+	})
 }

@@ -158,10 +158,11 @@ type chargeBody struct {
 
 // chargeResult is the protocol's 201 body.
 type chargeResult struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	Amount    int64  `json:"amount"`
+	Currency  string `json:"currency"`
+	Reference string `json:"reference"`
 }
 
 func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
@@ -187,7 +188,7 @@ func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return Receipt{}, newStatusError(resp.StatusCode, body)
 	}
-	return parseReceipt(resp, body)
+	return parseReceipt(resp, body, req)
 }
 
 func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Request, error) {
@@ -211,8 +212,10 @@ func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Reque
 }
 
 // parseReceipt reads a 2xx body. One that is not a succeeded charge is treated as provider
-// trouble (transient): retrying with the same key replays the provider's real answer.
-func parseReceipt(resp *http.Response, body []byte) (Receipt, error) {
+// trouble (transient): retrying with the same key replays the provider's real answer. A
+// succeeded charge for another amount, currency or reference is never taken as payment: it
+// means a key collision or a provider bug, which retrying cannot fix.
+func parseReceipt(resp *http.Response, body []byte, req ChargeRequest) (Receipt, error) {
 	var res chargeResult
 	if err := json.Unmarshal(body, &res); err != nil {
 		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: fmt.Errorf("decode response: %w", err)}
@@ -220,6 +223,11 @@ func parseReceipt(resp *http.Response, body []byte) (Receipt, error) {
 	if res.ID == "" || res.Status != "succeeded" {
 		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode,
 			Err: fmt.Errorf("unexpected charge id %q with status %q", res.ID, res.Status)}
+	}
+	if res.Amount != req.Amount || res.Currency != req.Currency || res.Reference != req.OrderID {
+		return Receipt{}, &Error{Kind: ErrPermanent, StatusCode: resp.StatusCode,
+			Err: fmt.Errorf("charge %s is for %d %s (reference %q), not the requested %d %s (reference %q)",
+				res.ID, res.Amount, res.Currency, res.Reference, req.Amount, req.Currency, req.OrderID)}
 	}
 	return Receipt{
 		ChargeID: res.ID,
