@@ -26,6 +26,8 @@ type config struct {
 	RescueStuckJobsAfter time.Duration
 	KeyRetention         time.Duration
 	PruneInterval        time.Duration
+	ReconcileAfter       time.Duration
+	ReconcileInterval    time.Duration
 	RiverUIUser          string
 	RiverUIPassword      string
 }
@@ -61,6 +63,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, order.ChargeJobTimeout+time.Second, time.Hour),
 		KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
 		PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
+		ReconcileAfter:       env.Duration("RECONCILE_AFTER", 10*time.Minute, time.Second, 24*time.Hour),
+		ReconcileInterval:    env.Duration("RECONCILE_INTERVAL", 5*time.Minute, time.Second, 24*time.Hour),
 		RiverUIUser:          env.String("RIVERUI_USER", ""),
 		RiverUIPassword:      env.String("RIVERUI_PASSWORD", ""),
 	}

@@ -59,16 +59,25 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 
+	reconciler, err := order.NewReconciler(pool, cfg.ReconcileAfter, reg, logger)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+
 	workers := river.NewWorkers()
 	river.AddWorker(workers, order.NewChargeWorker(pool, payment.NewProtected(client, policy), wm, logger))
 	river.AddWorker(workers, idempotency.NewPruneWorker(pool, cfg.KeyRetention, logger))
+	river.AddWorker(workers, reconciler)
 	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues: map[string]river.QueueConfig{
 			order.QueuePayments: {MaxWorkers: cfg.Concurrency},
-			river.QueueDefault:  {MaxWorkers: 1}, // housekeeping: the prune job
+			river.QueueDefault:  {MaxWorkers: 1}, // housekeeping: pruning keys, reconciling orders
 		},
-		Workers:              workers,
-		PeriodicJobs:         []*river.PeriodicJob{idempotency.PeriodicPrune(cfg.PruneInterval)},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{
+			idempotency.PeriodicPrune(cfg.PruneInterval),
+			order.PeriodicReconcile(cfg.ReconcileInterval),
+		},
 		JobTimeout:           order.ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
 		Logger:               logger,

@@ -3,6 +3,7 @@ package order
 import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // QueuePayments is the River queue the worker charges orders from.
@@ -21,17 +22,21 @@ func (ChargeArgs) Kind() string { return "charge_order" }
 
 // MaxChargeAttempts bounds how often the worker retries a charge that failed
 // with a transient provider error (snoozes while the breaker is open do not
-// count). With the worker's backoff schedule this spans about a day; see
-// internal/order/worker.go.
+// count). With the worker's backoff schedule this spans one to two hours;
+// what happens after the last attempt is in internal/order/worker.go.
 const MaxChargeAttempts = 20
 
-// InsertOpts makes the job unique per order: however often the API or a
-// resumed request inserts it, one order has one live charge job.
+// InsertOpts makes the job unique per order among live jobs: however often
+// it is inserted (the API, the reconciler), one order has one live charge
+// job, while an order whose job was discarded or cancelled can get a new one.
 func (ChargeArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueuePayments,
 		MaxAttempts: MaxChargeAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true},
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+			rivertype.JobStateRunning, rivertype.JobStateScheduled,
+		}},
 	}
 }
 
@@ -41,9 +46,12 @@ func (ChargeArgs) InsertOpts() river.InsertOpts {
 // an explicit transaction, while these ride in the settling batch — one
 // round trip, one implicit transaction — which is what keeps the happy path
 // at a few database round trips (see BenchmarkPlaceOrder). They touch only
-// the documented core of River's river_job table (id, state, scheduled_at)
-// and, like JobDeleteTx, never a running job: a worker that already holds
-// the job finds the order settled and completes it.
+// the core of River's river_job table (id, state, scheduled_at) in the
+// default schema (this project sets no river.Config.Schema) and, like
+// JobDeleteTx, never a running job: a worker that already holds the job
+// finds the order settled and completes it. A rescheduled job becomes
+// available when River's scheduler next runs (every 5 s), so "when the
+// breaker will probe" is honoured to within those 5 s.
 const (
 	retireJobSQL = `DELETE FROM river_job
 		WHERE id = $1 AND state IN ('available', 'scheduled', 'retryable')`

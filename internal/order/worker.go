@@ -32,8 +32,15 @@ import (
 //     let a probe through. Snoozing does not use an attempt, so an outage of
 //     any length never exhausts a job.
 //   - transient failure: the error goes back to River, which retries on
-//     NextRetry's schedule; after the last attempt the order is failed with
-//     reason provider_unavailable, logged as an error and counted.
+//     NextRetry's schedule.
+//   - the last attempt fails: if the provider certainly charged nothing
+//     (payment.NotCharged), the order fails with reason provider_unavailable,
+//     logged as an error and counted. If the outcome is ambiguous — a timeout
+//     or lost response after which the provider may hold a charge — failing
+//     the order could fail a paid one, so the job stays alive, retrying with
+//     the same key every 10 minutes, logged and counted as unresolved until
+//     the provider gives a definite answer. The job of an unsettled order is
+//     never left for River to discard.
 type ChargeWorker struct {
 	river.WorkerDefaults[ChargeArgs]
 
@@ -55,8 +62,10 @@ const (
 	jobRejected       = "rejected"        // the provider refused the request itself (our bug)
 	jobAlreadySettled = "already_settled" // the API settled the order first
 	jobSnoozed        = "snoozed"         // breaker open or bulkhead full
-	jobRetried        = "retried"         // transient failure, River retries
-	jobExhausted      = "exhausted"       // transient failures until MaxAttempts
+	jobRetried        = "retried"         // a failure River retries
+	jobExhausted      = "exhausted"       // every attempt failed and the provider surely charged nothing
+	jobUnresolved     = "unresolved"      // every attempt failed, at least the last one ambiguously
+	jobInterrupted    = "interrupted"     // shutdown cancelled the run; it runs again at once
 )
 
 // Timeout bounds one run of the job. The worker's policy makes a single
@@ -71,14 +80,18 @@ const ChargeJobTimeout = 30 * time.Second
 // NextRetry spaces retries after transient failures: exponential from 1 s,
 // capped at 10 min, with "equal jitter" (half fixed, half random) so jobs
 // that failed together do not return together, yet never retry sooner than
-// half the step. With MaxChargeAttempts = 20 the schedule spans about two
-// hours: 1, 2, 4 … 512 s (17 min in all), then ten retries 5–10 min apart.
+// half the step. With MaxChargeAttempts = 20 the schedule spans one to two
+// hours: 1, 2, 4 … 512 s (9–17 min in all), then nine retries 5–10 min apart.
 func (w *ChargeWorker) NextRetry(job *river.Job[ChargeArgs]) time.Time {
 	return time.Now().Add(retryDelay(job.Attempt))
 }
 
+// retryCeiling is the longest wait between retries, also the pace at which
+// an unresolved charge keeps asking the provider.
+const retryCeiling = 10 * time.Minute
+
 func retryDelay(attempt int) time.Duration {
-	const base, ceiling = time.Second, 10 * time.Minute
+	const base, ceiling = time.Second, retryCeiling
 	d := ceiling
 	if attempt <= 10 {
 		d = min(ceiling, base<<max(0, attempt-1))
@@ -86,8 +99,32 @@ func retryDelay(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// Work charges one order.
+// Work charges one order. It decides what River does with the job: River
+// discards a job whose last attempt returns an error, and the job of an
+// unsettled order must never be discarded.
 func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
+	err := w.work(ctx, job)
+	var snooze *river.JobSnoozeError
+	var cancel *river.JobCancelError
+	switch {
+	case err == nil, errors.As(err, &snooze), errors.As(err, &cancel):
+		return err
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Shutdown cancelled the run (StopAndCancel): run it again as soon
+		// as a worker starts, without spending an attempt.
+		w.metrics.jobs.WithLabelValues(jobInterrupted).Inc()
+		return river.JobSnooze(0)
+	case job.Attempt < job.MaxAttempts:
+		w.metrics.jobs.WithLabelValues(jobRetried).Inc()
+		return err
+	}
+	w.log.ErrorContext(ctx, "charge unresolved after every attempt; retrying with the same key until the provider answers",
+		"order_id", job.Args.OrderID, "attempts", job.Attempt, "err", err)
+	w.metrics.jobs.WithLabelValues(jobUnresolved).Inc()
+	return river.JobSnooze(retryCeiling)
+}
+
+func (w *ChargeWorker) work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	o, err := Get(ctx, w.db, job.Args.OrderID)
 	if errors.Is(err, ErrNotFound) {
 		// The job is inserted in the order's own transaction, so this is
@@ -119,12 +156,11 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargeArgs]) err
 		return w.settle(ctx, job, settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderRejected}, jobRejected)
 	case payment.IsRefused(err):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
-	case job.Attempt >= job.MaxAttempts:
+	case job.Attempt >= job.MaxAttempts && payment.NotCharged(err):
 		w.log.ErrorContext(ctx, "giving up on charging order: provider unavailable on every attempt",
 			"order_id", o.ID, "attempts", job.Attempt, "err", err)
 		return w.settle(ctx, job, settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderUnavailable}, jobExhausted)
 	}
-	w.metrics.jobs.WithLabelValues(jobRetried).Inc()
 	return fmt.Errorf("charge order %s, attempt %d of %d: %w", o.ID, job.Attempt, job.MaxAttempts, err)
 }
 
@@ -175,7 +211,7 @@ func NewWorkerMetrics(reg prometheus.Registerer, db *pgxpool.Pool) (*WorkerMetri
 	m := &WorkerMetrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "checkout_charge_jobs_total",
-			Help: "charge_order job runs by outcome: paid, declined, rejected, already_settled, snoozed, retried, exhausted.",
+			Help: "charge_order job runs by outcome: paid, declined, rejected, already_settled, snoozed, retried, exhausted (failed: provider surely charged nothing), unresolved (ambiguous after every attempt: kept retrying), interrupted (by shutdown).",
 		}, []string{"outcome"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "checkout_orders_failed_total",

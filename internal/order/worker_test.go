@@ -25,11 +25,12 @@ import (
 // workerBundle is a real River worker on a fresh database, charging through
 // the real protected client against the simulator over HTTP.
 type workerBundle struct {
-	db      *pgxpool.Pool
-	sim     *simtest.Server
-	reg     *prometheus.Registry
-	metrics *WorkerMetrics
-	payer   *payment.Protected
+	db         *pgxpool.Pool
+	sim        *simtest.Server
+	reg        *prometheus.Registry
+	metrics    *WorkerMetrics
+	reconciler *Reconciler
+	payer      *payment.Protected
 }
 
 func setupWorker(t *testing.T) *workerBundle {
@@ -37,6 +38,9 @@ func setupWorker(t *testing.T) *workerBundle {
 	b := &workerBundle{db: dbtest.Pool(t), sim: simtest.Start(t, 0), reg: prometheus.NewRegistry()}
 	var err error
 	if b.metrics, err = NewWorkerMetrics(b.reg, b.db); err != nil {
+		t.Fatal(err)
+	}
+	if b.reconciler, err = NewReconciler(b.db, time.Second, b.reg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	client, err := payment.NewClient(payment.Config{BaseURL: b.sim.URL})
@@ -53,14 +57,17 @@ func setupWorker(t *testing.T) *workerBundle {
 	return b
 }
 
-// start runs a River client with the charge worker until the test ends.
-func (b *workerBundle) start(t *testing.T, payer Payer) {
+// start runs a River client with the charge worker until the test ends;
+// periodic lists extra periodic jobs, whose workers setup registers.
+func (b *workerBundle) start(t *testing.T, payer Payer, periodic ...*river.PeriodicJob) {
 	t.Helper()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, NewChargeWorker(b.db, payer, b.metrics, slog.New(slog.DiscardHandler)))
+	river.AddWorker(workers, b.reconciler)
 	client, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{
-		Queues:            map[string]river.QueueConfig{QueuePayments: {MaxWorkers: 4}},
+		Queues:            map[string]river.QueueConfig{QueuePayments: {MaxWorkers: 4}, river.QueueDefault: {MaxWorkers: 1}},
 		Workers:           workers,
+		PeriodicJobs:      periodic,
 		FetchCooldown:     20 * time.Millisecond,
 		FetchPollInterval: 100 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
@@ -299,5 +306,81 @@ func TestWorkerSnoozesWhileBreakerOpen(t *testing.T) {
 	}
 	if st.MaxInFlight > resilience.DefaultConfig().BulkheadSize {
 		t.Errorf("provider max in-flight during drain = %d, want ≤ the worker's bulkhead (%d)", st.MaxInFlight, resilience.DefaultConfig().BulkheadSize)
+	}
+}
+
+// TestWorkerAmbiguousLastAttemptKeepsTheOrderOpen: the provider charges,
+// then the answer is lost, on the last attempt. Failing the order would
+// fail a paid order; the job must stay alive to ask again with the same key.
+func TestWorkerAmbiguousLastAttemptKeepsTheOrderOpen(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	b.sim.Fault(t, `{"reset_after_charge":true}`)
+	id := b.pendingOrder(t, "pm_card_visa", &river.InsertOpts{MaxAttempts: 1})
+	b.start(t, b.payer)
+
+	waitForJobState(t, b, id, "scheduled")
+	if o, _ := Get(context.Background(), b.db, id); o.Status != StatusPendingPayment {
+		t.Errorf("order = %s, want still pending_payment: the provider may hold its charge", o.Status)
+	}
+	if got := testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobUnresolved)); got != 1 {
+		t.Errorf("unresolved jobs = %v, want 1", got)
+	}
+	if got := b.sim.Stats(t).ChargesByReference[id.String()]; got != 1 {
+		t.Errorf("provider charges = %d, want 1 (made, answer lost)", got)
+	}
+}
+
+// TestWorkerDatabaseFailureOnLastAttemptKeepsTheJob: River discards a job
+// whose last attempt returns an error; an order charged but not yet
+// recorded as paid must not lose its job that way.
+func TestWorkerDatabaseFailureOnLastAttemptKeepsTheJob(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", &river.InsertOpts{MaxAttempts: 1})
+	// The database refuses to settle orders, as during a failover.
+	_, err := b.db.Exec(context.Background(), `
+		CREATE FUNCTION refuse_settle() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'read-only for the test'; END $$;
+		CREATE TRIGGER refuse_settle BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_settle();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.payer)
+
+	waitForJobState(t, b, id, "scheduled")
+	if got := testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobUnresolved)); got != 1 {
+		t.Errorf("unresolved jobs = %v, want 1", got)
+	}
+}
+
+// TestReconcilerRequeuesOrderWhoseJobVanished: a job deleted behind the
+// code's back (River UI, a restore) must not strand its order.
+func TestReconcilerRequeuesOrderWhoseJobVanished(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", nil)
+	if _, err := b.db.Exec(context.Background(),
+		`DELETE FROM river_job WHERE kind = 'charge_order'; UPDATE orders SET updated_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.payer, PeriodicReconcile(time.Hour)) // runs once at start
+
+	if o := b.waitFor(t, id, 15*time.Second); o.Status != StatusPaid {
+		t.Errorf("order = %s, want paid after the reconciler requeued it", o.Status)
+	}
+	if got := testutil.ToFloat64(b.reconciler.requeued); got != 1 {
+		t.Errorf("checkout_orders_requeued_total = %v, want 1", got)
+	}
+}
+
+func waitForJobState(t *testing.T, b *workerBundle, id uuid.UUID, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for state, _ := b.job(t, id); state != want; state, _ = b.job(t, id) {
+		if state == "discarded" || time.Now().After(deadline) {
+			t.Fatalf("job of order %s is %s, want %s", id, state, want)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

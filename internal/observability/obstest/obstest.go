@@ -54,6 +54,7 @@ var Owners = map[string][]string{
 		"checkout_unsettled_orders",
 		"checkout_unsettled_order_oldest_age_seconds",
 		"checkout_backlog_query_failed",
+		"checkout_orders_requeued_total",
 	},
 	"paymentsim": {
 		"paymentsim_charge_requests_total",
