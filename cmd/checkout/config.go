@@ -55,8 +55,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 			DBTimeout:     env.Duration("DB_TX_TIMEOUT", orders.DBTimeout, 10*time.Millisecond, time.Minute),
 		},
 	}
-	// Without protection there is no fallback: the experiment compares.
+	// Without protection there is no fallback, and in mode none no deadline
+	// on the charge either: the experiment compares.
 	cfg.Orders.Fallback = cfg.Resilience.Mode == resilience.ModeProtected
+	if cfg.Resilience.Mode == resilience.ModeNone {
+		cfg.Orders.PaymentBudget = 0
+	}
 	if err := env.Err(); err != nil {
 		return cfg, err
 	}

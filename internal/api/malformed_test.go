@@ -106,6 +106,7 @@ func TestMalformedRequestsGetAProblemAndWriteNothing(t *testing.T) {
 		{name: "empty customer_id", body: withField("customer_id", `""`), wantStatus: 422, wantType: invalid, wantFields: []string{"customer_id"}},
 		{name: "customer_id of 65 chars", body: withField("customer_id", `"`+long+`"`), wantStatus: 422, wantType: invalid, wantFields: []string{"customer_id"}},
 		{name: "payment_method of 65 chars", body: withField("payment_method", `"`+long+`"`), wantStatus: 422, wantType: invalid, wantFields: []string{"payment_method"}},
+		{name: "payment_method not visible ASCII (the provider would reject it)", body: withField("payment_method", `"pm card ü"`), wantStatus: 422, wantType: invalid, wantFields: []string{"payment_method"}},
 		{name: "missing payment_method", body: `{"customer_id":"c","currency":"USD","items":[{"sku":"S","quantity":1,"unit_price":1}]}`, wantStatus: 422, wantType: invalid, wantFields: []string{"payment_method"}},
 		{name: "control character", body: withField("customer_id", `"cus\u0000"`), wantStatus: 422, wantType: invalid, wantFields: []string{"customer_id"}},
 		{name: "lowercase currency", body: withField("currency", `"usd"`), wantStatus: 422, wantType: invalid, wantFields: []string{"currency"}},

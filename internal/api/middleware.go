@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -89,6 +90,28 @@ func observe(log *slog.Logger, m *Metrics) func(http.Handler) http.Handler {
 			}, la.attrs...)
 			la.mu.Unlock()
 			log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+		})
+	}
+}
+
+// recoverPanic turns a handler panic into a logged error and a 500 problem,
+// never a stack trace to the client. http.ErrAbortHandler is re-panicked:
+// it is net/http's way to abort a response on purpose.
+func recoverPanic(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				rec := recover()
+				if rec == nil {
+					return
+				}
+				if rec == http.ErrAbortHandler {
+					panic(rec)
+				}
+				log.ErrorContext(r.Context(), "handler panicked", "panic", rec, "stack", string(debug.Stack()))
+				writeProblem(w, newProblem(http.StatusInternalServerError, "", "An unexpected error occurred."))
+			}()
+			next.ServeHTTP(w, r)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -18,6 +19,10 @@ import (
 // maxBodyBytes caps POST /orders bodies. The largest valid order (100 items
 // of 64-character SKUs) is under 10 KiB; 1 MiB is DESIGN.md's ceiling.
 const maxBodyBytes = 1 << 20
+
+// bodyReadTimeout bounds the upload of an order document: 1 MiB takes well
+// under a second on any link a checkout client uses.
+const bodyReadTimeout = 2 * time.Second
 
 // placeOrder handles POST /orders.
 func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Handler {
@@ -31,6 +36,9 @@ func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Han
 			writeError(w, r, log, err)
 			return
 		}
+		// The body is read inside an API pool slot: a client trickling it in
+		// must not hold the slot for the server's whole ReadTimeout.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {

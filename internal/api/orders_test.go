@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"github.com/google/uuid"
 	"net/http"
 	"strings"
 	"sync"
@@ -451,5 +452,29 @@ func TestValidationFailureLetsTheKeyBeReused(t *testing.T) {
 	}
 	if r := b.post(t, key, validBody); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("corrected order with the same key = %v, want a fresh 201", r)
+	}
+}
+
+// TestUnknownRoutesAnswerProblems: every error the API gives is a problem
+// document, also the router's own 404 and 405.
+func TestUnknownRoutesAnswerProblems(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, options{})
+	tests := []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodGet, "/nope", http.StatusNotFound},
+		{http.MethodDelete, "/orders", http.StatusMethodNotAllowed},
+		{http.MethodPut, "/orders/" + uuid.NewString(), http.StatusMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		r := b.do(t, tt.method, tt.path, "")
+		if r.status != tt.want || r.header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s = %d %s, want %d application/problem+json", tt.method, tt.path, r.status, r.header.Get("Content-Type"), tt.want)
+		}
+		if p := decodeProblem(t, r); p.Status != tt.want {
+			t.Errorf("%s %s: problem status %d, want %d", tt.method, tt.path, p.Status, tt.want)
+		}
 	}
 }

@@ -72,6 +72,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	case errors.Is(err, idempotency.ErrInvalidKey):
 		p = newProblem(http.StatusBadRequest, "invalid-idempotency-key", err.Error())
 	case errors.Is(err, order.ErrKeyInUse):
+		w.Header().Set("Retry-After", "1")
 		p = newProblem(http.StatusConflict, "request-in-progress", err.Error()+"; retry later.")
 	case errors.Is(err, order.ErrKeyReused):
 		p = newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", err.Error()+"; use a new key for a new order.")

@@ -13,7 +13,13 @@ import (
 // routes is the one place that lists every endpoint of the checkout API.
 func routes(d Deps) http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, observe(d.Logger, d.Metrics), middleware.Recoverer)
+	r.Use(middleware.RequestID, observe(d.Logger, d.Metrics), recoverPanic(d.Logger))
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, newProblem(http.StatusNotFound, "", "No such resource."))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, "", "This resource does not support that method."))
+	})
 
 	// Liveness from its own pool; it touches no dependency.
 	r.With(d.HealthPool).Method(http.MethodGet, "/health", health.Liveness())

@@ -41,8 +41,10 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if cfg.StatementTimeout > 0 {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
 	}
-	// Connections that sat idle across a database restart are dead; checking
-	// them before use turns that into a reconnect instead of a failed request.
+	// Connections that sat idle across a database restart are dead. pgxpool
+	// pings a connection idle for over a second before handing it out; this
+	// background sweep also replaces dead idle connections between requests,
+	// so the first requests after a restart find live ones.
 	pc.HealthCheckPeriod = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

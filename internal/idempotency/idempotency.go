@@ -79,19 +79,21 @@ type Claim struct {
 }
 
 // QueueClaim queues, on a batch of the transaction that creates orderID,
-// the claim of a new key for this request, locked until lockUntil; *claimed
-// reports whether the key was new. The order's row must be queued first: the
+// the claim of a new key for this request, locked for lockFor; *claimed
+// reports whether the key was new. Lock expiry is computed and compared on
+// the database's clock alone, so clock skew between replicas cannot shorten
+// or stretch a lock. The order's row must be queued first: the
 // key references it.
 //
 // A concurrent claim of the same key waits on the primary key until the
 // first transaction ends, then finds the key taken: that wait is what makes
 // concurrent identical requests produce one order. A caller whose claim
 // failed rolls back and calls Lookup.
-func QueueClaim(b *pgx.Batch, key string, fingerprint []byte, orderID uuid.UUID, lockUntil time.Time, claimed *bool) {
+func QueueClaim(b *pgx.Batch, key string, fingerprint []byte, orderID uuid.UUID, lockFor time.Duration, claimed *bool) {
 	b.Queue(`
 		INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
-		VALUES ($1, $2, $3, $4)
-		ON CONFLICT (key) DO NOTHING`, key, fingerprint, orderID, lockUntil,
+		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+		ON CONFLICT (key) DO NOTHING`, key, fingerprint, orderID, lockFor.Seconds(),
 	).Exec(func(tag pgconn.CommandTag) error {
 		*claimed = tag.RowsAffected() == 1
 		return nil
@@ -100,8 +102,8 @@ func QueueClaim(b *pgx.Batch, key string, fingerprint []byte, orderID uuid.UUID,
 
 // Lookup reads an existing key inside tx and says what this request may do
 // with it. If the key's lock has expired without a response, the request
-// takes it over (State Resumed), locking it again until lockUntil.
-func Lookup(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockUntil time.Time) (Claim, error) {
+// takes it over (State Resumed), locking it again for lockFor.
+func Lookup(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockFor time.Duration) (Claim, error) {
 	var (
 		storedFingerprint []byte
 		orderID           *uuid.UUID
@@ -135,7 +137,8 @@ func Lookup(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lock
 	case locked:
 		claim.State = InProgress
 	default:
-		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = $2 WHERE key = $1`, key, lockUntil); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $2) WHERE key = $1`,
+			key, lockFor.Seconds()); err != nil {
 			return Claim{}, fmt.Errorf("relock idempotency key: %w", err)
 		}
 		claim.State = Resumed

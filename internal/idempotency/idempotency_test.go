@@ -58,14 +58,13 @@ var errTaken = errors.New("key taken")
 func claim(t *testing.T, db *pgxpool.Pool, key string, fp []byte, lockFor time.Duration) idempotency.Claim {
 	t.Helper()
 	ctx := context.Background()
-	until := time.Now().Add(lockFor)
 	orderID := uuid.New()
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var claimed bool
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
 			VALUES ($1, 'pending', 'c', 'USD', 'pm', '[{}]', 1)`, orderID)
-		idempotency.QueueClaim(b, key, fp, orderID, until, &claimed)
+		idempotency.QueueClaim(b, key, fp, orderID, lockFor, &claimed)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -82,7 +81,7 @@ func claim(t *testing.T, db *pgxpool.Pool, key string, fp []byte, lockFor time.D
 	}
 	var c idempotency.Claim
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		c, err = idempotency.Lookup(ctx, tx, key, fp, until)
+		c, err = idempotency.Lookup(ctx, tx, key, fp, lockFor)
 		return err
 	})
 	if err != nil {

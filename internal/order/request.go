@@ -97,10 +97,10 @@ func walkObject(dec *json.Decoder, depth int) error {
 		}
 		key, _ := tok.(string)
 		if !slices.Contains(fieldNames, key) {
-			return fmt.Errorf("unknown field %q", key)
+			return fmt.Errorf("unknown field %q", truncate(key))
 		}
 		if _, dup := seen[key]; dup {
-			return fmt.Errorf("field %q appears more than once", key)
+			return fmt.Errorf("field %q appears more than once", truncate(key))
 		}
 		seen[key] = struct{}{}
 		if err := walkValue(dec, depth); err != nil {
@@ -145,7 +145,7 @@ func closeDelim(dec *json.Decoder) error {
 func describeDecodeError(err error) string {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return fmt.Sprintf("field %q has the wrong JSON type (got %s)", typeErr.Field, typeErr.Value)
+		return fmt.Sprintf("field %q has the wrong JSON type (got %s)", truncate(typeErr.Field), typeErr.Value)
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return "unknown field " + msg
@@ -177,7 +177,7 @@ func (e *ValidationError) Error() string {
 func (r PlaceRequest) Validate() (total int64, err error) {
 	var v validator
 	v.text("customer_id", r.CustomerID)
-	v.text("payment_method", r.PaymentMethod)
+	v.token("payment_method", r.PaymentMethod)
 	if !slices.Contains(Currencies, r.Currency) {
 		v.add("currency", "must be one of "+strings.Join(Currencies, ", "))
 	}
@@ -245,6 +245,18 @@ func (v *validator) text(field, s string) {
 	}
 }
 
+// token checks an opaque identifier handed to the payment provider, which
+// accepts 1–64 visible ASCII characters: anything else must be our 422, not
+// a provider rejection that fails the order.
+func (v *validator) token(field, s string) {
+	switch {
+	case s == "":
+		v.add(field, "is required")
+	case len(s) > maxTextLen || strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e }):
+		v.add(field, fmt.Sprintf("must be 1 to %d visible ASCII characters", maxTextLen))
+	}
+}
+
 func (v *validator) between(field string, n, lo, hi int64) {
 	if n < lo || n > hi {
 		v.add(field, fmt.Sprintf("must be from %d to %d", lo, hi))
@@ -252,3 +264,13 @@ func (v *validator) between(field string, n, lo, hi int64) {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// truncate keeps an echoed client value short: error details must not
+// become a way to reflect a megabyte back.
+func truncate(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	return strings.ToValidUTF8(s[:limit], "") + "…"
+}

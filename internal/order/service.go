@@ -60,7 +60,8 @@ type Renderer func(Order) idempotency.Response
 type Config struct {
 	// PaymentBudget bounds the synchronous charge, retries included. It must
 	// leave room for both transactions within the client's patience (the
-	// experiment's clients give up after 3 s).
+	// experiment's clients give up after 3 s). Zero means no bound: mode
+	// none, which shows what an unprotected call does.
 	PaymentBudget time.Duration
 	// DBTimeout bounds each transaction, so a dead database yields a 503
 	// within ~2 s (DESIGN.md) instead of holding an API worker.
@@ -78,8 +79,19 @@ func DefaultConfig() Config {
 
 // lockTTL is how long a request holds its key, and when the order's charge
 // job first becomes due: after the request's own deadline, so the worker
-// only takes over orders whose request died.
-func (c Config) lockTTL() time.Duration { return c.PaymentBudget + 2*c.DBTimeout + time.Second }
+// only takes over orders whose request died. The longest request — one
+// that resumes a key — runs three transactions and the charge.
+func (c Config) lockTTL() time.Duration {
+	budget := c.PaymentBudget
+	if budget == 0 {
+		budget = unboundedCharge
+	}
+	return budget + 3*c.DBTimeout + time.Second
+}
+
+// unboundedCharge stands for the length of a charge without a budget (mode
+// none): no response outlives the HTTP server's 30 s write timeout.
+const unboundedCharge = 30 * time.Second
 
 // Service runs the checkout flow.
 type Service struct {
@@ -155,7 +167,7 @@ var errKeyTaken = errors.New("idempotency key already claimed")
 // begin is step 1. Its common case — a new key — costs one batch and the
 // job insert; a key seen before costs a second transaction to look it up.
 func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, idempotency.Claim, error) {
-	due := time.Now().Add(s.cfg.lockTTL())
+	lockFor := s.cfg.lockTTL()
 	p := placement{key: key}
 	o, err := newOrder(req, total)
 	if err != nil {
@@ -165,7 +177,7 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 		var claimed bool
 		b := &pgx.Batch{}
 		queueInsertOrder(b, &o)
-		idempotency.QueueClaim(b, key, req.Fingerprint(), o.ID, due, &claimed)
+		idempotency.QueueClaim(b, key, req.Fingerprint(), o.ID, lockFor, &claimed)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -173,7 +185,7 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 			return errKeyTaken
 		}
 		p.order = o
-		p.jobID, err = s.enqueue(ctx, tx, o.ID, due)
+		p.jobID, err = s.enqueue(ctx, tx, o.ID, time.Now().Add(lockFor))
 		return err
 	})
 	if !errors.Is(err, errKeyTaken) {
@@ -183,7 +195,7 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 	var claim idempotency.Claim
 	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		if claim, err = idempotency.Lookup(ctx, tx, key, req.Fingerprint(), due); err != nil {
+		if claim, err = idempotency.Lookup(ctx, tx, key, req.Fingerprint(), lockFor); err != nil {
 			return err
 		}
 		if claim.State == idempotency.Resumed {
@@ -217,7 +229,10 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 func (s *Service) charge(ctx context.Context, p placement) (Result, error) {
 	// The charge outlives a client that hangs up: finishing it and storing
 	// the response lets the client's retry get a replay instead of a 409.
-	chargeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PaymentBudget)
+	chargeCtx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if s.cfg.PaymentBudget > 0 {
+		chargeCtx, cancel = context.WithTimeout(chargeCtx, s.cfg.PaymentBudget)
+	}
 	defer cancel()
 	o := p.order
 	receipt, err := s.payer.Charge(chargeCtx, payment.ChargeRequest{
@@ -251,15 +266,17 @@ func (s *Service) charge(ctx context.Context, p placement) (Result, error) {
 
 // settle is step 3: the order's new state, its job and the stored response
 // change together or not at all, in one round trip. The order update only
-// applies to an order still unsettled — the API and the worker may race to
-// settle it, and the first one wins; both charged with the same provider
-// key, so both hold the same charge.
+// applies to an order still unsettled: the API and the worker may race to
+// settle it (only when a request outlives its lock) and the first one wins.
+// The loser still stores its own rendering as the key's response; both
+// charged with the same provider key, so a paid or declined answer names
+// the same charge or decline, and a 202 stays a 202 that clients poll.
 func (s *Service) settle(ctx context.Context, p placement, to settlement) (Result, error) {
 	o := p.order
 	b := &pgx.Batch{}
 	if !o.Status.Terminal() {
 		o.Status, o.ChargeID, o.FailureReason = to.Status, to.ChargeID, to.FailureReason
-		o.UpdatedAt = time.Now().UTC().Truncate(time.Microsecond) // what Postgres stores
+		o.UpdatedAt = now()
 		queueSettle(b, o)
 	}
 	res := Result{Order: o, Response: s.render(o)}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -24,23 +25,23 @@ type querier interface {
 const orderColumns = `id, status, customer_id, currency, payment_method, items, total,
 	coalesce(charge_id, ''), coalesce(failure_reason, ''), created_at, updated_at`
 
-// queueInsertOrder queues the insert of a new order on b, filling in its
-// timestamps when the batch runs.
+// queueInsertOrder queues the insert of a new order on b. Timestamps come
+// from the application's clock everywhere (insert, settle, worker), so an
+// order's created_at and updated_at can never disagree through skew between
+// the app's and the database's clocks.
 func queueInsertOrder(b *pgx.Batch, o *Order) {
 	items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
+	o.CreatedAt = now()
+	o.UpdatedAt = o.CreatedAt
 	b.Queue(`
-		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		RETURNING created_at, updated_at`,
-		o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total,
-	).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&o.CreatedAt, &o.UpdatedAt); err != nil {
-			return fmt.Errorf("insert order %s: %w", o.ID, err)
-		}
-		o.CreatedAt, o.UpdatedAt = o.CreatedAt.UTC(), o.UpdatedAt.UTC()
-		return nil
-	})
+		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+		o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total, o.CreatedAt)
 }
+
+// now is the time as Postgres stores it (microseconds, UTC), so an order
+// rendered before it is written reads the same as after.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // queueSettle queues the move of an unsettled order to o's status; it
 // changes nothing if the order is already paid or failed.
@@ -78,9 +79,9 @@ type settlement struct {
 func transition(ctx context.Context, q querier, id uuid.UUID, s settlement) (o Order, changed bool, err error) {
 	o, err = scanOrder(q.QueryRow(ctx, `
 		UPDATE orders
-		SET status = $2, charge_id = nullif($3, ''), failure_reason = nullif($4, ''), updated_at = now()
+		SET status = $2, charge_id = nullif($3, ''), failure_reason = nullif($4, ''), updated_at = $5
 		WHERE id = $1 AND status IN ('pending', 'pending_payment')
-		RETURNING `+orderColumns, id, s.Status, s.ChargeID, s.FailureReason))
+		RETURNING `+orderColumns, id, s.Status, s.ChargeID, s.FailureReason, now()))
 	if err == nil {
 		return o, true, nil
 	}
