@@ -71,7 +71,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 func newPayer(cfg config, m *resilience.Metrics, logger *slog.Logger) (*payment.Protected, error) {
 	maxConns := cfg.Resilience.BulkheadSize
 	if cfg.Resilience.Mode != resilience.ModeProtected {
-		maxConns = 0 // unbounded: modes none and timeout show what happens without a bulkhead
+		maxConns = -1 // no cap: modes none and timeout show what happens without a bulkhead
 	}
 	client, err := payment.NewClient(payment.Config{BaseURL: cfg.PaymentURL, MaxConns: maxConns})
 	if err != nil {

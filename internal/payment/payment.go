@@ -40,6 +40,8 @@ type Config struct {
 	// BaseURL is the provider's base URL, e.g. http://localhost:8082.
 	BaseURL string
 	// MaxConns caps connections to the provider; size it like the bulkhead in front of Charge.
+	// Negative means no cap, for a client deliberately run without a bulkhead (the
+	// experiment's modes none and timeout): a connection cap is a bulkhead too.
 	MaxConns int
 	// DialTimeout bounds establishing a TCP connection.
 	DialTimeout time.Duration
@@ -75,7 +77,7 @@ func NewClient(cfg Config) (*Client, error) {
 }
 
 func withDefaults(cfg Config) Config {
-	if cfg.MaxConns <= 0 {
+	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.DialTimeout <= 0 {
@@ -92,15 +94,19 @@ func withDefaults(cfg Config) Config {
 
 func newTransport(cfg Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	maxConns, maxIdle := cfg.MaxConns, cfg.MaxConns
+	if maxConns < 0 {
+		maxConns, maxIdle = 0, 100 // 0: net/http's "no limit"
+	}
 	return &http.Transport{
 		Proxy:             http.ProxyFromEnvironment,
 		DialContext:       dialer.DialContext,
 		ForceAttemptHTTP2: true,
 		// Calls beyond MaxConnsPerHost wait for a connection (bounded by their context) rather
 		// than opening more: the provider never sees more concurrency than the bulkhead allows.
-		MaxConnsPerHost:       cfg.MaxConns,
-		MaxIdleConns:          cfg.MaxConns,
-		MaxIdleConnsPerHost:   cfg.MaxConns,
+		MaxConnsPerHost:       maxConns,
+		MaxIdleConns:          maxIdle,
+		MaxIdleConnsPerHost:   maxIdle,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
