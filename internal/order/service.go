@@ -165,7 +165,9 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Resu
 var errKeyTaken = errors.New("idempotency key already claimed")
 
 // begin is step 1. Its common case — a new key — costs one batch and the
-// job insert; a key seen before costs a second transaction to look it up.
+// job insert. A key seen before (a replay, a retry) costs a second
+// transaction to look it up, and the order row the first one inserted is
+// rolled back: optimistic, because new keys are the common case.
 func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, idempotency.Claim, error) {
 	lockFor := s.cfg.lockTTL()
 	p := placement{key: key}
