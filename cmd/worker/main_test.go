@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -36,6 +37,30 @@ func TestBadConfigurationFailsNamingTheVariable(t *testing.T) {
 		err := run(context.Background(), []string{"worker"}, getenv, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("run with %s=%q: got %v, want an error naming %s", name, value, err, name)
+		}
+	}
+}
+
+func TestStartsWithUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	p := proctest.Start(t, run, []string{"worker"}, map[string]string{
+		"HTTP_ADDR":    "127.0.0.1:0",
+		"DATABASE_URL": "postgres://nobody@" + closed + "/none?sslmode=disable",
+	})
+	for path, want := range map[string]int{"/health": http.StatusOK, "/ready": http.StatusServiceUnavailable} {
+		resp, err := http.Get(p.URL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
 		}
 	}
 }
