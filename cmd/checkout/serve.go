@@ -60,6 +60,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		APIPool:    apiPool,
 		HealthPool: healthPool,
 	})
+	if int(cfg.Database.MaxConns) < cfg.APIPool.Size {
+		// Each business request holds one connection at a time; with fewer
+		// connections than API slots, requests queue for the database and
+		// turn into 503s under load even while Postgres is healthy.
+		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
+	}
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", cfg.PaymentURL)
 	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 }
