@@ -9,6 +9,11 @@ import (
 	"time"
 )
 
+// Every test here runs inside synctest.Test: time.Sleep advances the
+// bubble's fake clock to exactly the instant named, at once, and
+// synctest.Wait lets every goroutine settle. Nothing waits on real time, so
+// "one nanosecond before the threshold" means exactly that.
+
 func TestSlowCallCountedWhileRunning(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
