@@ -9,10 +9,9 @@ import (
 	"time"
 )
 
-// Every test here runs inside synctest.Test: time.Sleep advances the
-// bubble's fake clock to exactly the instant named, at once, and
-// synctest.Wait lets every goroutine settle. Nothing waits on real time, so
-// "one nanosecond before the threshold" means exactly that.
+// Every test here runs inside synctest.Test and moves its fake clock with
+// advance: "one nanosecond before the threshold" means exactly that, and
+// nothing waits on real time.
 
 func TestSlowCallCountedWhileRunning(t *testing.T) {
 	t.Parallel()
@@ -32,13 +31,11 @@ func TestSlowCallCountedWhileRunning(t *testing.T) {
 			})
 		}()
 
-		time.Sleep(400*time.Millisecond - time.Nanosecond)
-		synctest.Wait()
+		advance(400*time.Millisecond - time.Nanosecond)
 		if got, want := b.p.State(), StateClosed; got != want {
 			t.Fatalf("just before the threshold: state = %v, want %v", got, want)
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		advance(time.Nanosecond)
 		if got, want := b.p.State(), StateOpen; got != want {
 			t.Fatalf("at the threshold, call still running: state = %v, want %v", got, want)
 		}
@@ -85,7 +82,7 @@ func TestOpensWithinASecondOfProviderTurningSlow(t *testing.T) {
 				defer cancel()
 				_, _ = Do(ctx, b.p, provider)
 			})
-			time.Sleep(50 * time.Millisecond)
+			advance(50 * time.Millisecond)
 		}
 		wg.Wait()
 
@@ -186,14 +183,14 @@ func TestOpenBecomesHalfOpenAfterOpenDuration(t *testing.T) {
 		if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
 			t.Errorf("call while open: err = %v, want ErrOpen", err)
 		}
-		time.Sleep(openFor - time.Millisecond)
+		advance(openFor - time.Millisecond)
 		if got, want := b.p.RetryAfter(), time.Millisecond; got != want {
 			t.Errorf("RetryAfter = %v, want %v", got, want)
 		}
 		if got, want := b.p.State(), StateOpen; got != want {
 			t.Errorf("1 ms before the end: state = %v, want %v", got, want)
 		}
-		time.Sleep(time.Millisecond + time.Nanosecond)
+		advance(time.Millisecond + time.Nanosecond)
 		if got, want := b.p.State(), StateHalfOpen; got != want {
 			t.Errorf("after the open duration: state = %v, want %v", got, want)
 		}
@@ -222,7 +219,7 @@ func TestHalfOpen(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
 				openBreaker(t, b)
-				time.Sleep(time.Second + time.Nanosecond)
+				advance(time.Second + time.Nanosecond)
 				for _, s := range tt.probes {
 					_, _ = b.do(s)
 				}
@@ -239,7 +236,7 @@ func TestHalfOpenRejectsExcessCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
 		openBreaker(t, b)
-		time.Sleep(time.Second + time.Nanosecond)
+		advance(time.Second + time.Nanosecond)
 
 		release := make(chan struct{})
 		var wg sync.WaitGroup
@@ -271,7 +268,7 @@ func TestTransitionsResetWindowAndAreReported(t *testing.T) {
 			_, _ = b.do(ok)
 		}
 		openBreaker(t, b)
-		time.Sleep(time.Second + time.Nanosecond)
+		advance(time.Second + time.Nanosecond)
 		for range 3 {
 			_, _ = b.do(ok)
 		}
@@ -316,7 +313,7 @@ func TestPanickingCallReleasesItsProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, func(c *Config) { c.MaxAttempts, c.HalfOpenProbes = 1, 1 })
 		openBreaker(t, b)
-		time.Sleep(time.Second + time.Nanosecond)
+		advance(time.Second + time.Nanosecond)
 		func() {
 			defer func() {
 				if recover() == nil {

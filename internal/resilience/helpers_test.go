@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,11 +15,20 @@ import (
 )
 
 // The fake dependency's answers. Tests run inside synctest bubbles, where
-// time.Sleep advances a fake clock, so "slow" costs no real time.
+// timers run on a fake clock, so "slow" costs no real time.
 var (
 	errUnavailable = errors.New("503 service unavailable") // Transient
 	errDeclined    = errors.New("402 card declined")       // Final
 )
+
+// advance is the tests' "d later": inside a synctest bubble it moves the
+// fake clock forward by exactly d at once — time.Sleep on the bubble's clock,
+// no real waiting — then lets every goroutine of the bubble settle before
+// the test looks at the breaker. Call it from the bubble's root goroutine.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
 
 func classify(err error) Class {
 	if errors.Is(err, errDeclined) {
@@ -44,7 +54,7 @@ func (s step) call(ctx context.Context) (string, error) {
 	case decline:
 		return "", errDeclined
 	case slowOK:
-		time.Sleep(450 * time.Millisecond)
+		<-time.After(450 * time.Millisecond)
 	case hang:
 		<-ctx.Done()
 		return "", fmt.Errorf("post charge: %w", ctx.Err())
