@@ -38,7 +38,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	payer, err := newPayer(cfg, resilienceMetrics, logger)
+	payer, err := payment.NewProtectedClient("payment", cfg.PaymentURL, cfg.Resilience, resilienceMetrics, logger)
 	if err != nil {
 		return err
 	}
@@ -68,28 +68,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", cfg.PaymentURL)
 	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
-}
-
-// newPayer builds the payment client behind the "payment" policy. Its
-// connection limit matches the bulkhead: more connections could never be
-// used at once, fewer would make calls queue inside net/http, invisible to
-// the bulkhead's metrics.
-func newPayer(cfg config, m *resilience.Metrics, logger *slog.Logger) (*payment.Protected, error) {
-	maxConns := cfg.Resilience.BulkheadSize
-	if cfg.Resilience.Mode != resilience.ModeProtected {
-		maxConns = -1 // no cap: modes none and timeout show what happens without a bulkhead
-	}
-	client, err := payment.NewClient(payment.Config{BaseURL: cfg.PaymentURL, MaxConns: maxConns})
-	if err != nil {
-		return nil, fmt.Errorf("payment client: %w", err)
-	}
-	policy, err := resilience.New("payment", cfg.Resilience, resilience.Options{
-		Classify: payment.Classify, Metrics: m, Logger: logger,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return payment.NewProtected(client, policy), nil
 }
 
 // newPools returns the API pool and the pool /health is served from: its own

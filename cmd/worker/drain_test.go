@@ -110,11 +110,7 @@ func TestRiverUIRequiresBasicAuthWhenConfigured(t *testing.T) {
 // simulator, as cmd/checkout wires it.
 func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	t.Helper()
-	client, err := payment.NewClient(payment.Config{BaseURL: simURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy, err := resilience.New("payment", resilience.DefaultConfig(), resilience.Options{Classify: payment.Classify})
+	payer, err := payment.NewProtectedClient("payment", simURL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +122,7 @@ func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	render := func(order.Order) idempotency.Response {
 		return idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: []byte("{}")}
 	}
-	svc := order.NewService(db, jobs, payment.NewProtected(client, policy), render, order.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := order.NewService(db, jobs, payer, render, order.DefaultConfig(), slog.New(slog.DiscardHandler))
 	req := order.PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}}}
 	for i := range n {

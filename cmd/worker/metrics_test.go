@@ -44,15 +44,11 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	// The provider is down: the checkout flow defers the order to the
 	// worker. Its card is one the provider declines once it is back.
 	sim.Fault(t, `{"down":true}`)
-	client, err := payment.NewClient(payment.Config{BaseURL: sim.URL})
+	payer, err := payment.NewProtectedClient("payment", sim.URL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, err := resilience.New("payment", resilience.DefaultConfig(), resilience.Options{Classify: payment.Classify, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := order.NewService(db, jobs, payment.NewProtected(client, policy), api.RenderOrder, order.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := order.NewService(db, jobs, payer, api.RenderOrder, order.DefaultConfig(), slog.New(slog.DiscardHandler))
 	res, err := svc.Place(t.Context(), "metrics-1", order.PlaceRequest{
 		CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_chargeDeclined",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}},

@@ -48,13 +48,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	client, err := payment.NewClient(payment.Config{BaseURL: cfg.PaymentURL, MaxConns: cfg.Resilience.BulkheadSize})
-	if err != nil {
-		return fmt.Errorf("payment client: %w", err)
-	}
-	policy, err := resilience.New("payment-worker", cfg.Resilience, resilience.Options{
-		Classify: payment.Classify, Metrics: rm, Logger: logger,
-	})
+	payer, err := payment.NewProtectedClient("payment-worker", cfg.PaymentURL, cfg.Resilience, rm, logger)
 	if err != nil {
 		return err
 	}
@@ -65,7 +59,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, order.NewChargeWorker(pool, payment.NewProtected(client, policy), wm, logger))
+	river.AddWorker(workers, order.NewChargeWorker(pool, payer, wm, logger))
 	river.AddWorker(workers, idempotency.NewPruneWorker(pool, cfg.KeyRetention, logger))
 	river.AddWorker(workers, reconciler)
 	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

@@ -43,17 +43,11 @@ func setupWorker(t *testing.T) *workerBundle {
 	if b.reconciler, err = NewReconciler(b.db, time.Second, b.reg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	client, err := payment.NewClient(payment.Config{BaseURL: b.sim.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := resilience.DefaultConfig()
 	cfg.MaxAttempts = 1 // as in cmd/worker: River does the retrying
-	policy, err := resilience.New("payment-worker", cfg, resilience.Options{Classify: payment.Classify})
-	if err != nil {
+	if b.payer, err = payment.NewProtectedClient("payment-worker", b.sim.URL, cfg, nil, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	b.payer = payment.NewProtected(client, policy)
 	return b
 }
 

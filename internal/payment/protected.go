@@ -3,6 +3,7 @@ package payment
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -21,6 +22,28 @@ type Protected struct {
 // trip the breaker nor get retried.
 func NewProtected(client *Client, policy *resilience.Policy) *Protected {
 	return &Protected{client: client, policy: policy}
+}
+
+// NewProtectedClient builds the whole protected client for one role: a
+// Client for baseURL behind a Policy called name (its metrics and logs
+// label). The connection cap matches the bulkhead — more connections could
+// never be used at once, fewer would make calls queue inside net/http,
+// invisible to the bulkhead's metrics — and outside protected mode there is
+// no cap at all, since a cap is a bulkhead too.
+func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilience.Metrics, log *slog.Logger) (*Protected, error) {
+	maxConns := cfg.BulkheadSize
+	if cfg.Mode != resilience.ModeProtected {
+		maxConns = -1
+	}
+	client, err := NewClient(Config{BaseURL: baseURL, MaxConns: maxConns})
+	if err != nil {
+		return nil, err
+	}
+	policy, err := resilience.New(name, cfg, resilience.Options{Classify: Classify, Metrics: m, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return NewProtected(client, policy), nil
 }
 
 // Charge charges req through the stack. Besides the errors Client.Charge
