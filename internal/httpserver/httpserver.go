@@ -34,11 +34,7 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler, logger *slog.L
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	return ServeListener(ctx, cfg, ln, handler, logger)
-}
 
-// ServeListener is Serve on an existing listener.
-func ServeListener(ctx context.Context, cfg Config, ln net.Listener, handler http.Handler, logger *slog.Logger) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}

@@ -2,7 +2,6 @@ package proctest
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -78,14 +77,4 @@ func StartBinary(t testing.TB, path string, args []string, env map[string]string
 func (p *Process) Kill() {
 	p.kill()
 	<-p.done
-}
-
-// Wait blocks until the process has exited, up to timeout.
-func (p *Process) Wait(ctx context.Context) error {
-	select {
-	case <-p.done:
-		return p.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -88,9 +88,6 @@ func (p *Process) Stop() error {
 	return p.err
 }
 
-// Done is closed when run has returned.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
 // Logs returns everything the process wrote so far.
 func (p *Process) Logs() string { return p.logs.String() }
 
@@ -152,16 +149,4 @@ func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// Env merges maps left to right, for building a process's environment from
-// shared defaults plus per-test overrides.
-func Env(maps ...map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, m := range maps {
-		for k, v := range m {
-			out[k] = v
-		}
-	}
-	return out
 }
