@@ -6,10 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
@@ -19,9 +15,9 @@ import (
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
-// serve wires checkout: database pool, River (insert-only: checkout only
-// enqueues charge jobs, the worker runs them), the protected payment client,
-// the order service and the HTTP server.
+// serve wires checkout: database pool, the protected payment client, the
+// order service and the HTTP server. Checkout writes charge jobs into River's
+// table with the order (see order.Service.Place); the worker runs them.
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	pool, err := database.Open(ctx, cfg.Database)
 	if err != nil {
@@ -42,10 +38,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
-	if err != nil {
-		return fmt.Errorf("river client: %w", err)
-	}
 	apiPool, healthPool, err := newPools(cfg, resilienceMetrics)
 	if err != nil {
 		return err
@@ -55,7 +47,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		Logger:     logger,
 		Registry:   reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, jobs, payer, api.RenderOrder, cfg.Orders, logger),
+		Orders:     order.NewService(pool, payer, api.RenderOrder, cfg.Orders, logger),
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool,
 		HealthPool: healthPool,
@@ -87,8 +79,5 @@ func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.
 	return api.Middleware, health.Middleware, nil
 }
 
-// Compile-time checks that the wiring's types fit the order package.
-var (
-	_ order.Payer     = (*payment.Protected)(nil)
-	_ order.JobClient = (*river.Client[pgx.Tx])(nil)
-)
+// Compile-time check that the wiring's payer fits the order package.
+var _ order.Payer = (*payment.Protected)(nil)

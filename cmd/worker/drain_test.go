@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -114,15 +112,11 @@ func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The HTTP rendering is not under test here; any complete response will do.
 	render := func(order.Order) idempotency.Response {
 		return idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: []byte("{}")}
 	}
-	svc := order.NewService(db, jobs, payer, render, order.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := order.NewService(db, payer, render, order.DefaultConfig(), slog.New(slog.DiscardHandler))
 	req := order.PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}}}
 	for i := range n {

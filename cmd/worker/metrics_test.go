@@ -48,7 +48,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := order.NewService(db, jobs, payer, api.RenderOrder, order.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := order.NewService(db, payer, api.RenderOrder, order.DefaultConfig(), slog.New(slog.DiscardHandler))
 	res, err := svc.Place(t.Context(), "metrics-1", order.PlaceRequest{
 		CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_chargeDeclined",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}},

@@ -17,8 +17,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
@@ -111,10 +109,6 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	if opts.wrapPayer != nil {
 		payer = opts.wrapPayer(payer)
 	}
-	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ocfg := order.DefaultConfig()
 	if opts.orders != nil {
 		ocfg = *opts.orders
@@ -135,7 +129,7 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 		Logger:     log,
 		Registry:   b.reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, jobs, payer, api.RenderOrder, ocfg, log),
+		Orders:     order.NewService(pool, payer, api.RenderOrder, ocfg, log),
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool.Middleware,
 		HealthPool: healthPool.Middleware,

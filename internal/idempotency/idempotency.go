@@ -78,27 +78,23 @@ type Claim struct {
 	Response Response  // set for Finished
 }
 
-// QueueClaim queues, on a batch of the transaction that creates orderID,
-// the claim of a new key for this request, locked for lockFor; *claimed
-// reports whether the key was new. Lock expiry is computed and compared on
-// the database's clock alone, so clock skew between replicas cannot shorten
-// or stretch a lock. The order's row must be queued first: the
-// key references it.
+// ClaimSQL claims a new key ($1) for one request: it stores the request's
+// fingerprint ($2) and the id of the order the request creates ($3), locks
+// the key for $4 seconds, and returns order_id only when the key was new.
+// It is the first CTE of the statement that creates the request's effects
+// (order.insertOrderWithKeyAndJob): they are inserted from its result, so a
+// key seen before inserts nothing — no error, nothing to roll back — and the
+// caller goes on with Lookup. Lock expiry is computed and compared on the
+// database's clock alone, so clock skew between replicas cannot shorten or
+// stretch a lock.
 //
 // A concurrent claim of the same key waits on the primary key until the
 // first transaction ends, then finds the key taken: that wait is what makes
-// concurrent identical requests produce one order. A caller whose claim
-// failed rolls back and calls Lookup.
-func QueueClaim(b *pgx.Batch, key string, fingerprint []byte, orderID uuid.UUID, lockFor time.Duration, claimed *bool) {
-	b.Queue(`
-		INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
-		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
-		ON CONFLICT (key) DO NOTHING`, key, fingerprint, orderID, lockFor.Seconds(),
-	).Exec(func(tag pgconn.CommandTag) error {
-		*claimed = tag.RowsAffected() == 1
-		return nil
-	})
-}
+// concurrent identical requests produce one order.
+const ClaimSQL = `INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
+	VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+	ON CONFLICT (key) DO NOTHING
+	RETURNING order_id`
 
 // Lookup reads an existing key inside tx and says what this request may do
 // with it. If the key's lock has expired without a response, the request

@@ -51,32 +51,23 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-var errTaken = errors.New("key taken")
-
 // claim does what the checkout flow does with a key: try to claim it in the
 // transaction that creates an order, and look the key up when it is taken.
 func claim(t *testing.T, db *pgxpool.Pool, key string, fp []byte, lockFor time.Duration) idempotency.Claim {
 	t.Helper()
 	ctx := context.Background()
 	orderID := uuid.New()
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var claimed bool
-		b := &pgx.Batch{}
-		b.Queue(`INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
-			VALUES ($1, 'pending', 'c', 'USD', 'pm', '[{}]', 1)`, orderID)
-		idempotency.QueueClaim(b, key, fp, orderID, lockFor, &claimed)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		if !claimed {
-			return errTaken // roll the order back, as the flow does
-		}
-		return nil
-	})
+	// ClaimSQL as the flow uses it: the order is inserted only if the key
+	// was new; no row back means the key was taken.
+	err := db.QueryRow(ctx, `
+		WITH claimed AS (`+idempotency.ClaimSQL+`)
+		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
+		SELECT order_id, 'pending', 'c', 'USD', 'pm', '[{}]', 1 FROM claimed
+		RETURNING id`, key, fp, orderID, lockFor.Seconds()).Scan(&orderID)
 	if err == nil {
 		return idempotency.Claim{State: idempotency.Claimed, OrderID: orderID}
 	}
-	if !errors.Is(err, errTaken) {
+	if !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatalf("claim %s: %v", key, err)
 	}
 	var c idempotency.Claim

@@ -11,8 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -43,12 +41,6 @@ type Payer interface {
 	// RetryAfter is how long until the provider may be called again (the
 	// circuit breaker's remaining open time), 0 when it may be called now.
 	RetryAfter() time.Duration
-}
-
-// JobClient is the part of *river.Client the service uses: enqueueing a
-// charge job inside the transaction that creates its order.
-type JobClient interface {
-	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 }
 
 // Renderer turns an order into the HTTP response stored for its
@@ -96,7 +88,6 @@ const unboundedCharge = 30 * time.Second
 // Service runs the checkout flow.
 type Service struct {
 	db     *pgxpool.Pool
-	jobs   JobClient
 	payer  Payer
 	render Renderer
 	cfg    Config
@@ -104,8 +95,8 @@ type Service struct {
 }
 
 // NewService wires the flow's dependencies.
-func NewService(db *pgxpool.Pool, jobs JobClient, payer Payer, render Renderer, cfg Config, log *slog.Logger) *Service {
-	return &Service{db: db, jobs: jobs, payer: payer, render: render, cfg: cfg, log: log}
+func NewService(db *pgxpool.Pool, payer Payer, render Renderer, cfg Config, log *slog.Logger) *Service {
+	return &Service{db: db, payer: payer, render: render, cfg: cfg, log: log}
 }
 
 // Result is what Place answered.
@@ -128,10 +119,9 @@ type placement struct {
 
 // Place creates the order for one Idempotency-Key and tries to charge it.
 //
-//  1. One transaction inserts the order (pending), claims the key and
-//     enqueues the order's charge job, due after this request's deadline.
-//     From here on the order cannot be lost: if this process dies, the
-//     worker charges it.
+//  1. One statement claims the key, inserts the order (pending) and its
+//     charge job, due after this request's deadline. From here on the order
+//     cannot be lost: if this process dies, the worker charges it.
 //  2. The charge runs through the Payer (retry → breaker → bulkhead →
 //     timeout) within PaymentBudget.
 //  3. One batch — a single round trip and an implicit transaction — settles
@@ -161,13 +151,9 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Resu
 	return s.charge(ctx, p)
 }
 
-// errKeyTaken rolls back a first transaction whose key already existed.
-var errKeyTaken = errors.New("idempotency key already claimed")
-
-// begin is step 1. Its common case — a new key — costs one batch and the
-// job insert. A key seen before (a replay, a retry) costs a second
-// transaction to look it up, and the order row the first one inserted is
-// rolled back: optimistic, because new keys are the common case.
+// begin is step 1. Its common case — a new key — is one statement. A key
+// seen before (a replay, a retry) writes nothing there and costs a
+// transaction to look the key up.
 func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, idempotency.Claim, error) {
 	lockFor := s.cfg.lockTTL()
 	p := placement{key: key}
@@ -175,23 +161,15 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 	if err != nil {
 		return p, idempotency.Claim{}, err
 	}
-	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		var claimed bool
-		b := &pgx.Batch{}
-		queueInsertOrder(b, &o)
-		idempotency.QueueClaim(b, key, req.Fingerprint(), o.ID, lockFor, &claimed)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		if !claimed {
-			return errKeyTaken
-		}
+	dbCtx, cancel := s.dbContext(ctx)
+	p.jobID, err = insertOrderWithKeyAndJob(dbCtx, s.db, &o, key, req.Fingerprint(), lockFor, time.Now().Add(lockFor))
+	cancel()
+	if err == nil {
 		p.order = o
-		p.jobID, err = s.enqueue(ctx, tx, o.ID, time.Now().Add(lockFor))
-		return err
-	})
-	if !errors.Is(err, errKeyTaken) {
-		return p, idempotency.Claim{State: idempotency.Claimed}, err
+		return p, idempotency.Claim{State: idempotency.Claimed}, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) { // ErrNoRows: the key existed
+		return p, idempotency.Claim{}, err
 	}
 
 	var claim idempotency.Claim
@@ -217,14 +195,6 @@ func newOrder(req PlaceRequest, total int64) (Order, error) {
 		ID: id, Status: StatusPending, CustomerID: req.CustomerID, Currency: req.Currency,
 		PaymentMethod: req.PaymentMethod, Items: req.Items, Total: total,
 	}, nil
-}
-
-func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time) (int64, error) {
-	res, err := s.jobs.InsertTx(ctx, tx, ChargeArgs{OrderID: id}, &river.InsertOpts{ScheduledAt: at})
-	if err != nil {
-		return 0, fmt.Errorf("enqueue charge of order %s: %w", id, err)
-	}
-	return res.Job.ID, nil
 }
 
 // charge is step 2; it always ends in settle unless fallback is off.
@@ -292,7 +262,7 @@ func (s *Service) settle(ctx context.Context, p placement, to settlement) (Resul
 	}
 	idempotency.QueueFinish(b, p.key, res.Response)
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
+	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return Result{}, classifyDBError(fmt.Errorf("settle order %s as %s: %w", o.ID, o.Status, err))
@@ -319,10 +289,15 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 	return o, err
 }
 
-// inTx runs fn in a transaction bounded by DBTimeout. A client that hangs
-// up does not cancel it: a half-done request is worse than a finished one.
+// dbContext bounds one write by DBTimeout. A client that hangs up does not
+// cancel it: a half-done request is worse than a finished one.
+func (s *Service) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
+}
+
+// inTx runs fn in a transaction bounded by DBTimeout (see dbContext).
 func (s *Service) inTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
+	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/resilientcheckout/checkout/internal/idempotency"
 )
 
 // ErrNotFound: no order has that id.
@@ -25,22 +27,45 @@ type querier interface {
 const orderColumns = `id, status, customer_id, currency, payment_method, items, total,
 	coalesce(charge_id, ''), coalesce(failure_reason, ''), created_at, updated_at`
 
-// queueInsertOrder queues the insert of a new order on b. Timestamps come
-// from the application's clock everywhere (insert, settle, worker), so an
-// order's created_at and updated_at can never disagree through skew between
-// the app's and the database's clocks.
-func queueInsertOrder(b *pgx.Batch, o *Order) {
+// insertOrderWithKeyAndJob is the first write of the checkout flow: claim
+// the Idempotency-Key for lockFor (idempotency.ClaimSQL) and, only if it was
+// new, insert the order and its charge job, due at jobAt. One statement is
+// one round trip and one atomic unit — an order never exists without its key
+// and its job — where an explicit transaction with River's InsertTx took four
+// (BEGIN, order and key, job, COMMIT; see BenchmarkPlaceOrder). It returns
+// pgx.ErrNoRows when the key existed; then nothing was written. jobAt is in
+// the future (the request's deadline), so the job is written scheduled.
+//
+// The key's foreign key to the order is checked at the end of the
+// statement, when both rows exist. Timestamps come from the application's
+// clock (see now).
+func insertOrderWithKeyAndJob(ctx context.Context, q querier, o *Order, key string, fingerprint []byte, lockFor time.Duration, jobAt time.Time) (jobID int64, err error) {
 	items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
 	o.CreatedAt = now()
 	o.UpdatedAt = o.CreatedAt
-	b.Queue(`
-		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
-		o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total, o.CreatedAt)
+	job := newChargeJobRow(o.ID)
+	err = q.QueryRow(ctx, `
+		WITH claimed AS (`+idempotency.ClaimSQL+`
+		), created AS (
+			INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
+			SELECT order_id, $5, $6, $7, $8, $9, $10, $11, $11 FROM claimed
+			RETURNING id
+		)
+		INSERT INTO river_job (args, kind, max_attempts, priority, queue, scheduled_at, state, unique_key, unique_states)
+		SELECT $12, $13, $14, $15, $16, $17, 'scheduled', $18, $19::integer::bit(8) FROM created
+		RETURNING id`,
+		key, fingerprint, o.ID, lockFor.Seconds(),
+		o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total, o.CreatedAt,
+		job.args, job.kind, job.maxAttempts, job.priority, job.queue, jobAt, job.uniqueKey, job.uniqueStates,
+	).Scan(&jobID)
+	return jobID, err
 }
 
 // now is the time as Postgres stores it (microseconds, UTC), so an order
-// rendered before it is written reads the same as after.
+// rendered before it is written reads the same as after. Order timestamps
+// come from the application's clock everywhere (insert, settle, worker), so
+// an order's created_at and updated_at can never disagree through skew
+// between the app's and the database's clocks.
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // queueSettle queues the move of an unsettled order to o's status; it
