@@ -141,6 +141,12 @@ func TestIdempotencyKeyConstraints(t *testing.T) {
 		{name: "empty key", key: "", fp: fp, constraint: "idempotency_keys_key_format"},
 		{name: "key with space", key: "a b", fp: fp, constraint: "idempotency_keys_key_format"},
 		{name: "key too long", key: strings.Repeat("k", 256), fp: fp, constraint: "idempotency_keys_key_format"},
+		{name: "key of 255 characters", key: strings.Repeat("k", 255), fp: fp},
+		{name: "key of every visible ASCII character", key: visibleASCII(), fp: fp},
+		{name: "key with tab", key: "a\tb", fp: fp, constraint: "idempotency_keys_key_format"},
+		{name: "key with DEL", key: "a\x7fb", fp: fp, constraint: "idempotency_keys_key_format"},
+		{name: "key with non-ASCII letter", key: "clé", fp: fp, constraint: "idempotency_keys_key_format"},
+		{name: "key of 128 two-byte characters", key: strings.Repeat("é", 128), fp: fp, constraint: "idempotency_keys_key_format"},
 		{name: "short fingerprint", key: "key-2", fp: []byte{1}, constraint: "idempotency_keys_fingerprint_sha256"},
 		{name: "status without body", key: "key-3", fp: fp, status: &status, ctype: &ctype, constraint: "idempotency_keys_response_complete"},
 		{name: "complete response", key: "key-4", fp: fp, status: &status, ctype: &ctype, body: body},
@@ -152,6 +158,15 @@ func TestIdempotencyKeyConstraints(t *testing.T) {
 			checkConstraint(t, err, tt.constraint)
 		})
 	}
+}
+
+// visibleASCII is every character a key may hold, 0x21 to 0x7e.
+func visibleASCII() string {
+	var b strings.Builder
+	for c := byte(0x21); c <= 0x7e; c++ {
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 func checkConstraint(t *testing.T, err error, want string) {
