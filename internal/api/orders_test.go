@@ -390,7 +390,7 @@ func TestRequestDyingAfterTheFirstTransaction(t *testing.T) {
 		t.Fatalf("the dying request answered %d", resp.StatusCode)
 	}
 
-	// What the first transaction left: a pending order and its charge job,
+	// What the first write left: a pending order and its charge job,
 	// due after the request's deadline so the worker takes over.
 	var id string
 	if err := b.db.QueryRow(context.Background(), `SELECT id::text FROM orders`).Scan(&id); err != nil {

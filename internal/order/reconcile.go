@@ -15,7 +15,7 @@ import (
 
 // ReconcileArgs is the periodic safety net behind invariant 2 ("every
 // unsettled order reaches a terminal state with no manual step"). Every
-// order gets its charge job in its own first transaction and the worker
+// order gets its charge job in the statement that creates it and the worker
 // never lets River discard the job of an unsettled order, but a job can
 // still vanish outside the code's control: deleted or cancelled in River
 // UI, discarded by an older release, lost to a restore. The reconciler finds
