@@ -25,8 +25,11 @@ type Audit struct {
 	DoubleCharged int `json:"double_charged"`
 	// ProviderCharges counts the provider's successful charges during the run.
 	ProviderCharges int `json:"provider_charges"`
-	// ProviderMaxInFlight is the most charges the provider processed at once.
-	ProviderMaxInFlight int `json:"provider_max_in_flight"`
+	// ProviderMaxInFlight is the most charges the provider processed at once in the whole
+	// run, recovery and drain included; ProviderMaxInFlightOutage the most while the fault
+	// was active: the calls piled on the failing provider (the article's slow-phase figure).
+	ProviderMaxInFlight       int `json:"provider_max_in_flight"`
+	ProviderMaxInFlightOutage int `json:"provider_max_in_flight_outage"`
 	// Drained is false when orders were still pending, or the provider still busy, at the
 	// drain timeout.
 	Drained   bool   `json:"drained"`
@@ -61,7 +64,8 @@ func drainAndAudit(ctx context.Context, db *pgx.Conn, sim *simulator, customerID
 		if err != nil {
 			return Audit{}, err
 		}
-		a.ProviderCharges, a.ProviderMaxInFlight, a.DoubleCharged = st.TotalCharges, st.MaxInFlight, st.DuplicateReferences
+		a.ProviderCharges, a.DoubleCharged = st.TotalCharges, st.DuplicateReferences
+		a.ProviderMaxInFlight, a.ProviderMaxInFlightOutage = st.MaxInFlight, st.MaxInFlightOutage
 		a.DrainWait = Millis(time.Since(began))
 		a.Drained = a.StillPending == 0 && st.InFlight == 0
 		if a.Drained || time.Since(began) >= timeout {

@@ -90,17 +90,18 @@ func (r Report) Name() string {
 // and any caveat (an unfinished drain) per run, so several runs compare at a glance.
 func WriteMarkdown(w io.Writer, reports ...Report) error {
 	var b strings.Builder
-	b.WriteString("| run | /health failures (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight | breaker | accepted | paid | still pending | lost | charged twice |\n")
+	b.WriteString("| run | /health failures (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight (outage / run) | breaker | accepted | paid | still pending | lost | charged twice |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range reports {
 		h, c, a := r.Health.Outage, r.Checkout, r.Audit
-		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d | %s | %d | %d | %d | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d / %d | %s | %d | %d | %d | %d | %d |\n",
 			r.Name(), healthFailures(h), ms(h.P50), ms(h.P95),
 			outcomes(c.Outage), ms(c.Outage.P50), ms(c.Outage.P95), outcomes(c.Healthy),
-			a.ProviderMaxInFlight, breakerCell(r.Breaker), a.Accepted, a.Paid, a.StillPending, len(a.Lost), a.DoubleCharged)
+			a.ProviderMaxInFlightOutage, a.ProviderMaxInFlight, breakerCell(r.Breaker), a.Accepted, a.Paid, a.StillPending, len(a.Lost), a.DoubleCharged)
 	}
 	b.WriteString("\nOutage: requests due inside the fault window; healthy: those due outside it. Accepted: orders answered " +
-		"201 or 202. Paid and still pending: every order of the run in Postgres after the drain, including those whose client " +
+		"201 or 202. Provider max in-flight: the most charges the provider held at once while the fault was active (what " +
+		"piled up on it), then over the whole run (hung calls still held while recovery and drain traffic arrive). Paid and still pending: every order of the run in Postgres after the drain, including those whose client " +
 		"got a 5xx or gave up. Lost: orders answered 201, 202 or 402 but missing from Postgres. Charged twice: from the " +
 		"provider's ledger.\n\n")
 	for _, r := range reports {

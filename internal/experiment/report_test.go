@@ -33,7 +33,7 @@ func sampleReport(t *testing.T) Report {
 		{At: d(2260), From: "open", To: "half-open"},
 		{At: d(4050), From: "half-open", To: "closed"},
 	}}
-	audit := Audit{Acknowledged: 4, Accepted: 4, Stored: 5, Paid: 5, ProviderMaxInFlight: 6, Drained: true, Lost: []string{}}
+	audit := Audit{Acknowledged: 4, Accepted: 4, Stored: 5, Paid: 5, ProviderMaxInFlight: 6, ProviderMaxInFlightOutage: 4, Drained: true, Lost: []string{}}
 	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, audit)
 }
 
@@ -71,8 +71,8 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 	got := b.String()
 	for _, want := range []string{
-		"| protected, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 6 | opened at 1.15 s | 4 | 5 | 0 | 0 | 0 |\n",
-		"| none, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 0 | none | 3 | 0 | 2 | 1 | 1 |\n",
+		"| protected, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 4 / 6 | opened at 1.15 s | 4 | 5 | 0 | 0 | 0 |\n",
+		"| none, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 0 / 0 | none | 3 | 0 | 2 | 1 | 1 |\n",
 		"- **protected, 20 req/s**: breaker closed→open at 1.15 s, open→half-open at 2.26 s, half-open→closed at 4.05 s. Provider +10s latency from 500ms for 3s; load went out at most 3.0 ms late.\n",
 		"**Not drained** after 60.00 s: 2 orders still pending",
 	} {

@@ -29,6 +29,7 @@ type providerStats struct {
 	DuplicateReferences int            `json:"duplicate_references"`
 	InFlight            int            `json:"in_flight"`
 	MaxInFlight         int            `json:"max_in_flight"`
+	MaxInFlightOutage   int            `json:"max_in_flight_during_fault"`
 }
 
 // faultWindow is the body of POST /admin/faults.

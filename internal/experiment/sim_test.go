@@ -72,14 +72,14 @@ func TestSimulatorErrors(t *testing.T) {
 func TestSimulatorStats(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7}`))
+		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7,"max_in_flight_during_fault":5}`))
 	}))
 	t.Cleanup(srv.Close)
 	got, err := newSimulator(srv.URL, "").stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.TotalCharges != 3 || got.DuplicateReferences != 1 || got.MaxInFlight != 7 || got.ChargesByReference["o1"] != 2 {
+	if got.TotalCharges != 3 || got.DuplicateReferences != 1 || got.MaxInFlight != 7 || got.MaxInFlightOutage != 5 || got.ChargesByReference["o1"] != 2 {
 		t.Errorf("stats = %+v, want 3 charges, 1 duplicate, max in flight 7", got)
 	}
 }

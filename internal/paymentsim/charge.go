@@ -109,7 +109,7 @@ func isToken(s string, maxLen int) bool {
 func (s *Simulator) handleCharge() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		done := s.inflight.add()
+		done := s.inflight.add(s.faults.active(start) != Fault{})
 		outcome := s.serveCharge(w, r)
 		done()
 		s.metrics.observe(outcome, time.Since(start))

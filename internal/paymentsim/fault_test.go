@@ -67,6 +67,37 @@ func TestFaultScheduled(t *testing.T) {
 	})
 }
 
+// The in-flight maximum during faults counts what piled up on the failing provider, not the
+// traffic after it: requests that hang on past the fault stay in flight while new, fast ones
+// arrive.
+func TestMaxInFlightDuringFault(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		sim := setup(t, 200*time.Millisecond)
+		addFault(t, sim, `{"latency":"10s","start_in":"1s","duration":"1s"}`)
+
+		charge := func(key string) { go postCharge(t, sim, key, validBody) }
+		charge("before") // done by 200 ms
+		time.Sleep(1100 * time.Millisecond)
+		charge("during-1") // both take 10.2 s
+		charge("during-2")
+		time.Sleep(1500 * time.Millisecond) // the fault ended 600 ms ago
+		charge("after-1")                   // fast again, but alongside the two hung ones
+		charge("after-2")
+		synctest.Wait()
+
+		st := sim.Stats()
+		if st.MaxInFlight != 4 || st.MaxInFlightDuringFault != 2 {
+			t.Errorf("max in flight = %d, during the fault = %d; want 4 and 2", st.MaxInFlight, st.MaxInFlightDuringFault)
+		}
+		<-sim.Idle()
+		sim.Reset()
+		if st := sim.Stats(); st.MaxInFlightDuringFault != 0 {
+			t.Errorf("max in flight during the fault after reset = %d, want 0", st.MaxInFlightDuringFault)
+		}
+	})
+}
+
 func TestFaultClear(t *testing.T) {
 	t.Parallel()
 	sim := setup(t, 0)

@@ -42,6 +42,9 @@ type Stats struct {
 	InFlight int `json:"in_flight"`
 	// MaxInFlight is the most charge requests processed at once since start or reset.
 	MaxInFlight int `json:"max_in_flight"`
+	// MaxInFlightDuringFault is the most processed at once while a fault was active, since
+	// start or reset: how much work callers piled on the failing provider.
+	MaxInFlightDuringFault int `json:"max_in_flight_during_fault"`
 }
 
 // ledger is the provider's memory of idempotency keys and charges.

@@ -67,12 +67,15 @@ func (m *metrics) observe(o outcome, d time.Duration) {
 }
 
 // inflight counts charge requests being processed and remembers the highest count, the
-// figure that shows whether checkout's bulkhead protected the provider.
+// figure that shows whether checkout's bulkhead protected the provider — overall, and while
+// a fault was active: what a struggling provider had piled on it, without the recovery
+// traffic that follows (a hung request stays counted until it ends, long after its fault).
 type inflight struct {
-	mu      sync.Mutex
-	n, max  int
-	idleCh  chan struct{} // closed while n == 0
-	metrics *metrics
+	mu       sync.Mutex
+	n, max   int
+	faultMax int
+	idleCh   chan struct{} // closed while n == 0
+	metrics  *metrics
 }
 
 func newInflight(m *metrics) *inflight {
@@ -81,8 +84,10 @@ func newInflight(m *metrics) *inflight {
 	return &inflight{idleCh: idle, metrics: m}
 }
 
-// add counts one request in and returns the func that counts it out.
-func (f *inflight) add() (done func()) {
+// add counts one request in and returns the func that counts it out. duringFault says a
+// fault is active as it arrives; the count only grows on arrivals, so the highest count
+// seen on arrivals during faults is the highest while they were active.
+func (f *inflight) add(duringFault bool) (done func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.n == 0 {
@@ -90,6 +95,9 @@ func (f *inflight) add() (done func()) {
 	}
 	f.n++
 	f.max = max(f.max, f.n)
+	if duringFault {
+		f.faultMax = max(f.faultMax, f.n)
+	}
 	f.publish()
 	return f.remove
 }
@@ -115,17 +123,17 @@ func (f *inflight) idle() <-chan struct{} {
 	return f.idleCh
 }
 
-func (f *inflight) counts() (n, highest int) {
+func (f *inflight) counts() (n, highest, highestDuringFault int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.n, f.max
+	return f.n, f.max, f.faultMax
 }
 
 // resetMax restarts the maximum from the current count, not zero: requests still in flight
-// are part of the next experiment's load.
+// are part of the next experiment's load. No fault has been seen since.
 func (f *inflight) resetMax() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.max = f.n
+	f.max, f.faultMax = f.n, 0
 	f.publish()
 }

@@ -103,11 +103,11 @@ func (s *Simulator) Idle() <-chan struct{} {
 // Stats returns the ledger statistics served by GET /admin/stats.
 func (s *Simulator) Stats() Stats {
 	st := s.ledger.stats()
-	st.InFlight, st.MaxInFlight = s.inflight.counts()
+	st.InFlight, st.MaxInFlight, st.MaxInFlightDuringFault = s.inflight.counts()
 	return st
 }
 
-// Reset forgets every idempotency key and charge and restarts the max in-flight count, so
+// Reset forgets every idempotency key and charge and restarts the max in-flight counts, so
 // experiments can be repeated on a clean provider. Faults are left as they are.
 func (s *Simulator) Reset() {
 	s.ledger.reset()

@@ -174,7 +174,7 @@ func equalStats(a, b Stats) bool {
 	return a.TotalCharges == b.TotalCharges && a.Declines == b.Declines &&
 		len(a.ChargesByReference) == len(b.ChargesByReference) &&
 		a.DuplicateReferences == b.DuplicateReferences && a.IdempotencyKeys == b.IdempotencyKeys &&
-		a.InFlight == b.InFlight && a.MaxInFlight == b.MaxInFlight
+		a.InFlight == b.InFlight && a.MaxInFlight == b.MaxInFlight && a.MaxInFlightDuringFault == b.MaxInFlightDuringFault
 }
 
 func TestLedgerCap(t *testing.T) {
