@@ -369,7 +369,7 @@ func (p *dyingPayer) Charge(ctx context.Context, req payment.ChargeRequest) (pay
 	return payment.Receipt{}, context.Canceled
 }
 
-func TestRequestDyingAfterTheFirstTransaction(t *testing.T) {
+func TestRequestDyingAfterTheFirstWrite(t *testing.T) {
 	t.Parallel()
 	end := make(chan struct{})
 	payer := &dyingPayer{reachProvider: true, dead: make(chan struct{}), end: end}

@@ -78,9 +78,12 @@ type Claim struct {
 	Response Response  // set for Finished
 }
 
-// ClaimSQL claims a new key ($1) for one request: it stores the request's
-// fingerprint ($2) and the id of the order the request creates ($3), locks
-// the key for $4 seconds, and returns order_id only when the key was new.
+// ClaimSQL claims a new key for one request: it stores the request's
+// fingerprint and the id of the order the request creates, locks the key, and
+// returns order_id only when the key was new. Its arguments are named
+// (pgx.NamedArgs) and come from ClaimArgs, so the statement that embeds it
+// numbers nothing around it.
+//
 // It is the first CTE of the statement that creates the request's effects
 // (order.insertOrderWithKeyAndJob): they are inserted from its result, so a
 // key seen before inserts nothing — no error, nothing to roll back — and the
@@ -92,9 +95,21 @@ type Claim struct {
 // first transaction ends, then finds the key taken: that wait is what makes
 // concurrent identical requests produce one order.
 const ClaimSQL = `INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
-	VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+	VALUES (@claim_key, @claim_fingerprint, @claim_order_id, now() + make_interval(secs => @claim_lock_seconds))
 	ON CONFLICT (key) DO NOTHING
 	RETURNING order_id`
+
+// ClaimArgs are ClaimSQL's arguments: key for a request with this fingerprint
+// that creates orderID, locked for lockFor. Add the embedding statement's own
+// named arguments to the map.
+func ClaimArgs(key string, fingerprint []byte, orderID uuid.UUID, lockFor time.Duration) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"claim_key":          key,
+		"claim_fingerprint":  fingerprint,
+		"claim_order_id":     orderID,
+		"claim_lock_seconds": lockFor.Seconds(),
+	}
+}
 
 // Lookup reads an existing key inside tx and says what this request may do
 // with it. If the key's lock has expired without a response, the request

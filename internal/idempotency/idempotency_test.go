@@ -52,7 +52,7 @@ func TestParseKey(t *testing.T) {
 }
 
 // claim does what the checkout flow does with a key: try to claim it in the
-// transaction that creates an order, and look the key up when it is taken.
+// statement that creates an order, and look the key up when it is taken.
 func claim(t *testing.T, db *pgxpool.Pool, key string, fp []byte, lockFor time.Duration) idempotency.Claim {
 	t.Helper()
 	ctx := context.Background()
@@ -63,7 +63,7 @@ func claim(t *testing.T, db *pgxpool.Pool, key string, fp []byte, lockFor time.D
 		WITH claimed AS (`+idempotency.ClaimSQL+`)
 		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
 		SELECT order_id, 'pending', 'c', 'USD', 'pm', '[{}]', 1 FROM claimed
-		RETURNING id`, key, fp, orderID, lockFor.Seconds()).Scan(&orderID)
+		RETURNING id`, idempotency.ClaimArgs(key, fp, orderID, lockFor)).Scan(&orderID)
 	if err == nil {
 		return idempotency.Claim{State: idempotency.Claimed, OrderID: orderID}
 	}

@@ -14,7 +14,8 @@ import (
 const QueuePayments = "payments"
 
 // ChargeArgs is the charge_order job: "make sure this order ends up charged
-// or failed". It is inserted in the same transaction as the order, so every
+// or failed". It is written by the statement that creates the order (see
+// chargeJobRow), so every
 // order that exists has a job that will settle it — even if the process
 // that created it dies a moment later.
 type ChargeArgs struct {
@@ -68,8 +69,8 @@ const (
 // statement that creates the order (insertOrderWithKeyAndJob), because
 // InsertTx needs a round trip of its own inside an explicit transaction:
 // BEGIN, the order, the job, COMMIT — four round trips where one statement
-// does. TestChargeJobRowMatchesInsertTx pins every column to what InsertTx
-// writes, unique key included, so River still sees one live job per order and
+// does. TestChargeJobRowMatchesInsertTx pins every column that defines the
+// job to what InsertTx writes, unique key and states included, so River still sees one live job per order and
 // a River upgrade that changes the row fails that test. What the shortcut
 // skips is River's insert hooks and middleware, which this project does not
 // configure; add one and the API's jobs must go through InsertTx again.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 )
@@ -68,7 +69,11 @@ func TestChargeJobRowMatchesInsertTx(t *testing.T) {
 	due := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 
 	// River's row for this order, then out of the way so ours can be written.
-	res, err := jobs.Insert(ctx, ChargeArgs{OrderID: o.ID}, &river.InsertOpts{ScheduledAt: due})
+	var res *rivertype.JobInsertResult
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) (err error) {
+		res, err = jobs.InsertTx(ctx, tx, ChargeArgs{OrderID: o.ID}, &river.InsertOpts{ScheduledAt: due})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,8 +289,11 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 	return o, err
 }
 
-// dbContext bounds one write by DBTimeout. A client that hangs up does not
-// cancel it: a half-done request is worse than a finished one.
+// dbContext bounds one database step of the flow by DBTimeout. A client that
+// hangs up does not cancel it: a half-done request is worse than a finished
+// one. A timeout can still fire after Postgres committed: the client gets a
+// 503 for an order that exists, which is safe — the worker charges it, and a
+// retry with the same key resumes it once the key's lock expires.
 func (s *Service) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,8 +34,8 @@ const orderColumns = `id, status, customer_id, currency, payment_method, items, 
 // one round trip and one atomic unit — an order never exists without its key
 // and its job — where an explicit transaction with River's InsertTx took four
 // (BEGIN, order and key, job, COMMIT; see BenchmarkPlaceOrder). It returns
-// pgx.ErrNoRows when the key existed; then nothing was written. jobAt is in
-// the future (the request's deadline), so the job is written scheduled.
+// pgx.ErrNoRows when the key existed; then nothing was written. The job is
+// written 'scheduled', as InsertTx writes a job given a ScheduledAt.
 //
 // The key's foreign key to the order is checked at the end of the
 // statement, when both rows exist. Timestamps come from the application's
@@ -44,20 +45,27 @@ func insertOrderWithKeyAndJob(ctx context.Context, q querier, o *Order, key stri
 	o.CreatedAt = now()
 	o.UpdatedAt = o.CreatedAt
 	job := newChargeJobRow(o.ID)
+	args := idempotency.ClaimArgs(key, fingerprint, o.ID, lockFor)
+	maps.Copy(args, pgx.NamedArgs{
+		"status": o.Status, "customer_id": o.CustomerID, "currency": o.Currency,
+		"payment_method": o.PaymentMethod, "items": items, "total": o.Total, "created_at": o.CreatedAt,
+		"job_args": job.args, "job_kind": job.kind, "job_max_attempts": job.maxAttempts,
+		"job_priority": job.priority, "job_queue": job.queue, "job_at": jobAt,
+		"job_unique_key": job.uniqueKey, "job_unique_states": job.uniqueStates,
+	})
 	err = q.QueryRow(ctx, `
 		WITH claimed AS (`+idempotency.ClaimSQL+`
 		), created AS (
 			INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
-			SELECT order_id, $5, $6, $7, $8, $9, $10, $11, $11 FROM claimed
+			SELECT order_id, @status, @customer_id, @currency, @payment_method, @items, @total, @created_at, @created_at
+			FROM claimed
 			RETURNING id
 		)
 		INSERT INTO river_job (args, kind, max_attempts, priority, queue, scheduled_at, state, unique_key, unique_states)
-		SELECT $12, $13, $14, $15, $16, $17, 'scheduled', $18, $19::integer::bit(8) FROM created
-		RETURNING id`,
-		key, fingerprint, o.ID, lockFor.Seconds(),
-		o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total, o.CreatedAt,
-		job.args, job.kind, job.maxAttempts, job.priority, job.queue, jobAt, job.uniqueKey, job.uniqueStates,
-	).Scan(&jobID)
+		SELECT @job_args, @job_kind, @job_max_attempts, @job_priority, @job_queue, @job_at, 'scheduled',
+		       @job_unique_key, @job_unique_states::integer::bit(8)
+		FROM created
+		RETURNING id`, args).Scan(&jobID)
 	return jobID, err
 }
 

@@ -93,10 +93,11 @@ func (b *workerBundle) pendingOrder(t *testing.T, paymentMethod string, jobOpts 
 		t.Fatal(err)
 	}
 	err = pgx.BeginFunc(ctx, b.db, func(tx pgx.Tx) error {
+		o.CreatedAt = now()
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, o.Items, o.Total); err != nil {
+			INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+			o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, o.Items, o.Total, o.CreatedAt); err != nil {
 			return err
 		}
 		_, err := inserter.InsertTx(ctx, tx, ChargeArgs{OrderID: o.ID}, jobOpts)
