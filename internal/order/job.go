@@ -70,10 +70,11 @@ const (
 // InsertTx needs a round trip of its own inside an explicit transaction:
 // BEGIN, the order, the job, COMMIT — four round trips where one statement
 // does. TestChargeJobRowMatchesInsertTx pins every column that defines the
-// job to what InsertTx writes, unique key and states included, so River still sees one live job per order and
-// a River upgrade that changes the row fails that test. What the shortcut
-// skips is River's insert hooks and middleware, which this project does not
-// configure; add one and the API's jobs must go through InsertTx again.
+// job to what InsertTx writes, unique key and states included, so River
+// still sees one live job per order, and a River upgrade that changes the
+// row fails that test. What the shortcut skips is River's insert hooks and
+// middleware, which this project does not configure; add one and the API's
+// jobs must go through InsertTx again.
 type chargeJobRow struct {
 	args         []byte
 	kind         string
