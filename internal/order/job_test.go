@@ -32,9 +32,7 @@ type jobRow struct {
 	UniqueStates int32
 }
 
-func loadJob(t *testing.T, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, id int64) jobRow {
+func loadJob(t *testing.T, db querier, id int64) jobRow {
 	t.Helper()
 	var r jobRow
 	err := db.QueryRow(context.Background(), `

@@ -109,14 +109,16 @@ func isToken(s string, maxLen int) bool {
 func (s *Simulator) handleCharge() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		done := s.inflight.add(s.faults.active(start) != Fault{})
-		outcome := s.serveCharge(w, r)
+		fault := s.faults.active(start)
+		done := s.inflight.add(fault != Fault{})
+		outcome := s.serveCharge(w, r, fault)
 		done()
 		s.metrics.observe(outcome, time.Since(start))
 	}
 }
 
-func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request) outcome {
+// serveCharge answers one charge under fault, the faults active as it arrived.
+func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
 	// Read the whole body first: net/http notices a client hanging up (and cancels
 	// r.Context) only once the body has been consumed, and a hung request must notice.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
@@ -124,7 +126,6 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request) outcome 
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
 		return outcomeInvalid
 	}
-	fault := s.faults.active(time.Now())
 	if out, stop := s.injectFault(w, r, fault); stop {
 		return out
 	}
