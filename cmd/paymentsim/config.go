@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/envconfig"
@@ -17,6 +18,7 @@ type config struct {
 	Latency         time.Duration
 	Jitter          time.Duration
 	LedgerCap       int
+	ChargeCap       int // 0: paymentsim's default, a multiple of LedgerCap
 	AdminToken      string
 }
 
@@ -29,7 +31,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Latency:         env.Duration("PAYMENTSIM_LATENCY", paymentsim.DefaultLatency, 0, time.Minute),
 		Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),
 		LedgerCap:       env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
+		ChargeCap:       env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
 		AdminToken:      env.String("PAYMENTSIM_ADMIN_TOKEN", ""),
 	}
-	return cfg, env.Err()
+	if err := env.Err(); err != nil {
+		return cfg, err
+	}
+	// A charge record smaller than the key cache would forget charges whose keys the
+	// provider still replays, and the lookup would contradict the replay.
+	if cfg.ChargeCap != 0 && cfg.ChargeCap < cfg.LedgerCap {
+		return cfg, fmt.Errorf("PAYMENTSIM_CHARGE_CAP=%d: want at least PAYMENTSIM_LEDGER_CAP (%d)", cfg.ChargeCap, cfg.LedgerCap)
+	}
+	return cfg, nil
 }

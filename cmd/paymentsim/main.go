@@ -64,6 +64,7 @@ func serve(ctx context.Context, cfg config, stdout io.Writer) error {
 		Latency:    cfg.Latency,
 		Jitter:     cfg.Jitter,
 		LedgerCap:  cfg.LedgerCap,
+		ChargeCap:  cfg.ChargeCap,
 		AdminToken: cfg.AdminToken,
 		Logger:     logger,
 	})

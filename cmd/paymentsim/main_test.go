@@ -64,6 +64,14 @@ func TestChargeThroughRun(t *testing.T) {
 		t.Errorf("POST /v1/charges: got %d, want %d", got, want)
 	}
 
+	lookup, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL+"/v1/charges?reference=r1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := status(t, lookup), http.StatusOK; got != want {
+		t.Errorf("GET /v1/charges?reference=r1: got %d, want %d", got, want)
+	}
+
 	stats, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL+"/admin/stats", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +92,8 @@ func TestBadConfigurationFailsNamingTheVariable(t *testing.T) {
 		{"PAYMENTSIM_LATENCY", "fast"},
 		{"PAYMENTSIM_JITTER", "-1s"},
 		{"PAYMENTSIM_LEDGER_CAP", "0"},
+		{"PAYMENTSIM_CHARGE_CAP", "many"},
+		{"PAYMENTSIM_CHARGE_CAP", "99999"}, // below the default PAYMENTSIM_LEDGER_CAP
 		{"SHUTDOWN_TIMEOUT", "10"},
 		{"LOG_LEVEL", "verbose"},
 	}

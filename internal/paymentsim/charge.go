@@ -156,8 +156,12 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 
 	// A real provider finishes what it started even if the caller hung up, which is why a
 	// caller's timeout alone does not relieve a slow provider.
-	resp, out := s.process(context.WithoutCancel(r.Context()), req, time.Duration(fault.Latency))
-	s.ledger.finish(e, resp, out == outcomeSucceeded)
+	resp, ch := s.process(context.WithoutCancel(r.Context()), req, time.Duration(fault.Latency))
+	s.ledger.finish(e, resp, ch)
+	out := outcomeSucceeded
+	if ch == nil {
+		out = outcomeDeclined
+	}
 
 	if fault.ResetAfterCharge {
 		dropConnection(w)
@@ -167,20 +171,22 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	return out
 }
 
-// process takes the configured time, then charges or declines. ctx carries no cancellation
-// from the client, only values.
-func (s *Simulator) process(ctx context.Context, req chargeRequest, extra time.Duration) (response, outcome) {
+// process takes the configured time, then charges or declines: it returns the response and
+// the charge made, nil for a decline. ctx carries no cancellation from the client, only
+// values.
+func (s *Simulator) process(ctx context.Context, req chargeRequest, extra time.Duration) (response, *charge) {
 	sleep(ctx, s.latency()+extra)
 	if req.PaymentMethod == declinedMethod {
-		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), outcomeDeclined
+		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil
 	}
-	return jsonResponse(http.StatusCreated, charge{
+	ch := charge{
 		ID:        "ch_" + rand.Text(),
 		Status:    "succeeded",
 		Amount:    req.Amount,
 		Currency:  req.Currency,
 		Reference: req.Reference,
-	}), outcomeSucceeded
+	}
+	return jsonResponse(http.StatusCreated, ch), &ch
 }
 
 // latency draws this request's processing time from Latency ± Jitter.

@@ -47,20 +47,23 @@ type Stats struct {
 	MaxInFlightDuringFault int `json:"max_in_flight_during_fault"`
 }
 
-// ledger is the provider's memory of idempotency keys and charges.
+// ledger is the provider's memory: the idempotency keys (a bounded cache, as at a real
+// provider) and, apart from them, the charges made (see chargeLog).
 type ledger struct {
 	mu         sync.Mutex
-	cap        int
+	keyCap     int
+	chargeCap  int
 	gen        int // bumped by reset, so charges begun before it do not count after it
 	entries    *boundedMap[string, *entry]
+	charges    *chargeLog
 	byRef      *boundedMap[string, int]
-	charges    int
+	total      int
 	declines   int
 	duplicates int
 }
 
-func newLedger(capacity int) *ledger {
-	l := &ledger{cap: capacity}
+func newLedger(keyCap, chargeCap int) *ledger {
+	l := &ledger{keyCap: keyCap, chargeCap: chargeCap}
 	l.reset()
 	return l
 }
@@ -83,19 +86,21 @@ func (l *ledger) claim(key string, req chargeRequest) (*entry, claim) {
 	return e, claimDone
 }
 
-// finish stores a claimed key's response for replays and counts the outcome.
-func (l *ledger) finish(e *entry, resp response, charged bool) {
+// finish stores a claimed key's response for replays and records the outcome: ch is the
+// charge made, nil for a decline.
+func (l *ledger) finish(e *entry, resp response, ch *charge) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e.resp, e.done = resp, true
 	if e.gen != l.gen {
 		return
 	}
-	if !charged {
+	if ch == nil {
 		l.declines++
 		return
 	}
-	l.charges++
+	l.total++
+	l.charges.add(*ch)
 	n, _ := l.byRef.get(e.params.Reference)
 	l.byRef.put(e.params.Reference, n+1)
 	if n == 1 {
@@ -103,11 +108,18 @@ func (l *ledger) finish(e *entry, resp response, charged bool) {
 	}
 }
 
+// find returns the successful charges for reference, oldest first.
+func (l *ledger) find(reference string) []charge {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.charges.find(reference)
+}
+
 func (l *ledger) stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Stats{
-		TotalCharges:        l.charges,
+		TotalCharges:        l.total,
 		Declines:            l.declines,
 		ChargesByReference:  maps.Collect(l.byRef.all()),
 		DuplicateReferences: l.duplicates,
@@ -119,7 +131,8 @@ func (l *ledger) reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.gen++
-	l.entries = newBoundedMap[string, *entry](l.cap)
-	l.byRef = newBoundedMap[string, int](l.cap)
-	l.charges, l.declines, l.duplicates = 0, 0, 0
+	l.entries = newBoundedMap[string, *entry](l.keyCap)
+	l.charges = newChargeLog(l.chargeCap)
+	l.byRef = newBoundedMap[string, int](l.keyCap)
+	l.total, l.declines, l.duplicates = 0, 0, 0
 }

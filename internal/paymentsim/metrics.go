@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// outcome labels how a charge request ended, in metrics.
+// outcome labels how a charge or lookup request ended, in metrics.
 type outcome string
 
 const (
@@ -23,12 +23,14 @@ const (
 	outcomeRefused          outcome = "refused"
 	outcomeAbandoned        outcome = "abandoned"
 	outcomeResetAfterCharge outcome = "reset_after_charge"
+	outcomeFound            outcome = "found" // a lookup answered 200, with or without charges
 )
 
 // metrics are registered on the simulator's own registry rather than the global default, so
 // several simulators (one per test) never collide.
 type metrics struct {
 	requests    *prometheus.CounterVec
+	lookups     *prometheus.CounterVec
 	inFlight    prometheus.Gauge
 	maxInFlight prometheus.Gauge
 	duration    prometheus.Histogram
@@ -39,6 +41,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paymentsim_charge_requests_total",
 			Help: "Charge requests by outcome.",
+		}, []string{"outcome"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsim_lookup_requests_total",
+			Help: "Charge lookups by reference (GET /v1/charges), by outcome.",
 		}, []string{"outcome"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paymentsim_charge_requests_in_flight",
@@ -55,7 +61,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
 		}),
 	}
-	reg.MustRegister(m.requests, m.inFlight, m.maxInFlight, m.duration,
+	reg.MustRegister(m.requests, m.lookups, m.inFlight, m.maxInFlight, m.duration,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -64,6 +70,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 func (m *metrics) observe(o outcome, d time.Duration) {
 	m.requests.WithLabelValues(string(o)).Inc()
 	m.duration.Observe(d.Seconds())
+}
+
+func (m *metrics) observeLookup(o outcome) {
+	m.lookups.WithLabelValues(string(o)).Inc()
 }
 
 // inflight counts charge requests being processed and remembers the highest count, the

@@ -1,8 +1,9 @@
 // Package paymentsim simulates the outside payment provider that checkout charges.
 //
-// It serves the provider protocol (POST /v1/charges) the way a real provider does: an
-// Idempotency-Key ledger, replays of finished requests, declines, ~200 ms of latency, and
-// charges that complete even when the caller has already given up. Faults (latency, errors,
+// It serves the provider protocol (POST /v1/charges, GET /v1/charges?reference=…) the way a
+// real provider does: a bounded Idempotency-Key cache, replays of finished requests, a record
+// of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
+// latency, and charges that complete even when the caller has already given up. Faults (latency, errors,
 // hangs, outages, refused connections, lost responses) can be switched on, or scheduled, at
 // runtime through an admin API, so the demo, the experiment and the tests can break the
 // provider on purpose and watch checkout cope.
@@ -27,6 +28,12 @@ const (
 	DefaultLatency   = 200 * time.Millisecond
 	DefaultJitter    = 20 * time.Millisecond
 	DefaultLedgerCap = 100_000
+	// DefaultChargeCapFactor sizes the charge record against the key cache when
+	// Config.ChargeCap is zero: ten times as many charges as keys, so a lookup still finds a
+	// charge long after its key is forgotten (at 40 charges/s the default 100,000 keys last
+	// ~42 minutes and 1,000,000 charges ~7 hours). A kept charge costs ≈ 280 bytes (measured
+	// with 36-character references), so the default record tops out near 270 MB.
+	DefaultChargeCapFactor = 10
 )
 
 // Config configures a Simulator. Latency and Jitter are used as given (zero means instant
@@ -36,10 +43,14 @@ type Config struct {
 	Latency time.Duration
 	// Jitter spreads Latency uniformly over [Latency-Jitter, Latency+Jitter].
 	Jitter time.Duration
-	// LedgerCap bounds the idempotency keys, and separately the references, kept in memory;
-	// the oldest are evicted first. A key evicted while its charge is still processing, or
-	// reused after eviction, is processed as new, as with a provider whose keys expired.
+	// LedgerCap bounds the idempotency keys kept in memory; the oldest are evicted first. A
+	// key evicted while its charge is still processing, or reused after eviction, is
+	// processed as new, as with a provider whose keys expired.
 	LedgerCap int
+	// ChargeCap bounds the successful charges kept for lookups by reference, the oldest
+	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
+	// is raised to it, so a charge is never forgotten before its key.
+	ChargeCap int
 	// AdminToken, when set, must be sent as "Authorization: Bearer <token>" to the admin API.
 	AdminToken string
 	// Logger receives one line per fault change; nil discards.
@@ -67,11 +78,15 @@ func New(cfg Config) *Simulator {
 	if cfg.LedgerCap <= 0 {
 		cfg.LedgerCap = DefaultLedgerCap
 	}
+	if cfg.ChargeCap <= 0 {
+		cfg.ChargeCap = DefaultChargeCapFactor * cfg.LedgerCap
+	}
+	cfg.ChargeCap = max(cfg.ChargeCap, cfg.LedgerCap)
 	s := &Simulator{
 		cfg:      cfg,
 		logger:   cfg.Logger,
 		random:   cfg.Random,
-		ledger:   newLedger(cfg.LedgerCap),
+		ledger:   newLedger(cfg.LedgerCap, cfg.ChargeCap),
 		faults:   &schedule{},
 		registry: prometheus.NewRegistry(),
 		mux:      http.NewServeMux(),

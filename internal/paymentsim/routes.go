@@ -10,6 +10,7 @@ import (
 // be guarded (and firewalled) separately from the public protocol path.
 func (s *Simulator) routes() {
 	s.mux.Handle("POST /v1/charges", s.handleCharge())
+	s.mux.Handle("GET /v1/charges", s.handleLookup())
 	s.mux.Handle("GET /health", handleHealth())
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 
