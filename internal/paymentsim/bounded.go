@@ -1,10 +1,5 @@
 package paymentsim
 
-import (
-	"iter"
-	"maps"
-)
-
 // boundedMap is a map that keeps at most cap keys, evicting the oldest insertion first, so a
 // long-running simulator has a fixed memory ceiling. It is not safe for concurrent use.
 type boundedMap[K comparable, V any] struct {
@@ -36,8 +31,4 @@ func (b *boundedMap[K, V]) put(k K, v V) {
 
 func (b *boundedMap[K, V]) len() int {
 	return len(b.m)
-}
-
-func (b *boundedMap[K, V]) all() iter.Seq2[K, V] {
-	return maps.All(b.m)
 }

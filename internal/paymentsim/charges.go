@@ -3,7 +3,7 @@ package paymentsim
 import "slices"
 
 // chargeLog is the provider's record of successful charges per reference, oldest first: what
-// GET /v1/charges answers from. It is kept apart from the idempotency keys on purpose. A
+// GET /v1/charges answers from, and what duplicate charges are counted from. It is kept apart from the idempotency keys on purpose. A
 // provider forgets keys (Stripe after 24 h, this simulator beyond LedgerCap) but not charges,
 // and the lookup is how a caller whose key may be forgotten learns whether an order was
 // charged; a lookup that forgot with the keys would say "not charged" exactly when it matters.
@@ -51,7 +51,11 @@ func (c *chargeLog) find(ref string) []charge {
 	return slices.Clone(c.byRef[ref])
 }
 
-// len returns the number of charges kept.
-func (c *chargeLog) len() int {
-	return len(c.order)
+// countByReference returns how many charges are kept for each reference.
+func (c *chargeLog) countByReference() map[string]int {
+	counts := make(map[string]int, len(c.byRef))
+	for ref, charges := range c.byRef {
+		counts[ref] = len(charges)
+	}
+	return counts
 }

@@ -1,9 +1,6 @@
 package paymentsim
 
-import (
-	"maps"
-	"sync"
-)
+import "sync"
 
 // claim is what the ledger says about an incoming Idempotency-Key.
 type claim int
@@ -31,10 +28,13 @@ type Stats struct {
 	TotalCharges int `json:"total_charges"`
 	// Declines counts declined charge attempts.
 	Declines int `json:"declines"`
-	// ChargesByReference counts successful charges per reference (order id).
+	// ChargesByReference counts successful charges per reference (order id), from the charge
+	// record (Config.ChargeCap), which outlives the idempotency keys.
 	ChargesByReference map[string]int `json:"charges_by_reference"`
-	// DuplicateReferences counts references charged successfully more than once, which can only
-	// happen through different idempotency keys (or a key evicted from the ledger).
+	// DuplicateReferences counts references charged successfully more than once, since start
+	// or reset. It is counted from the charge record, not from the key cache, so it also
+	// catches the second charge a client makes by retrying after the provider forgot its key.
+	// (A reference whose first charge the record had already forgotten is not caught.)
 	DuplicateReferences int `json:"duplicate_references"`
 	// IdempotencyKeys is how many keys the ledger holds.
 	IdempotencyKeys int `json:"idempotency_keys"`
@@ -56,7 +56,6 @@ type ledger struct {
 	gen        int // bumped by reset, so charges begun before it do not count after it
 	entries    *boundedMap[string, *entry]
 	charges    *chargeLog
-	byRef      *boundedMap[string, int]
 	total      int
 	declines   int
 	duplicates int
@@ -100,10 +99,7 @@ func (l *ledger) finish(e *entry, resp response, ch *charge) {
 		return
 	}
 	l.total++
-	l.charges.add(*ch)
-	n, _ := l.byRef.get(e.params.Reference)
-	l.byRef.put(e.params.Reference, n+1)
-	if n == 1 {
+	if l.charges.add(*ch) == 2 {
 		l.duplicates++
 	}
 }
@@ -121,10 +117,17 @@ func (l *ledger) stats() Stats {
 	return Stats{
 		TotalCharges:        l.total,
 		Declines:            l.declines,
-		ChargesByReference:  maps.Collect(l.byRef.all()),
+		ChargesByReference:  l.charges.countByReference(),
 		DuplicateReferences: l.duplicates,
 		IdempotencyKeys:     l.entries.len(),
 	}
+}
+
+// duplicateReferences returns Stats.DuplicateReferences without copying the rest.
+func (l *ledger) duplicateReferences() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.duplicates
 }
 
 func (l *ledger) reset() {
@@ -133,6 +136,5 @@ func (l *ledger) reset() {
 	l.gen++
 	l.entries = newBoundedMap[string, *entry](l.keyCap)
 	l.charges = newChargeLog(l.chargeCap)
-	l.byRef = newBoundedMap[string, int](l.keyCap)
 	l.total, l.declines, l.duplicates = 0, 0, 0
 }

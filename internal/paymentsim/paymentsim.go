@@ -98,6 +98,10 @@ func New(cfg Config) *Simulator {
 		s.random = rand.Float64
 	}
 	s.metrics = newMetrics(s.registry)
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "paymentsim_duplicate_references",
+		Help: "References (order ids) charged successfully more than once since start or the last reset; must stay 0.",
+	}, func() float64 { return float64(s.ledger.duplicateReferences()) }))
 	s.inflight = newInflight(s.metrics)
 	s.routes()
 	return s

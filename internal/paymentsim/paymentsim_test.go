@@ -170,6 +170,34 @@ func TestDuplicateReferences(t *testing.T) {
 	}
 }
 
+// A client that retries after the provider forgot its key charges the order a second time;
+// the duplicate count must see it, so it counts from the charge record, not from the keys.
+func TestDuplicateReferencesAfterForgottenKey(t *testing.T) {
+	t.Parallel()
+	sim := New(Config{LedgerCap: 3})
+	for _, ref := range []string{"o1", "o2", "o3", "o4"} { // o4 evicts the key order-o1
+		chargeFor(t, sim, "order-"+ref, ref)
+	}
+	again := postCharge(t, sim, "order-o1", strings.Replace(validBody, "ord-1", "o1", 1))
+	if got := again.Header().Get("Idempotent-Replayed"); again.Code != http.StatusCreated || got != "" {
+		t.Fatalf("re-charge under the forgotten key: got %d, replayed %q; want a new 201", again.Code, got)
+	}
+
+	w := do(t, t.Context(), sim, http.MethodGet, "/admin/stats", nil, "")
+	var st Stats
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("decode /admin/stats %s: %v", w.Body, err)
+	}
+	if st.TotalCharges != 5 || st.DuplicateReferences != 1 || st.ChargesByReference["o1"] != 2 {
+		t.Errorf("stats: %d charges, %d duplicate references, o1 charged %d times; want 5, 1, 2",
+			st.TotalCharges, st.DuplicateReferences, st.ChargesByReference["o1"])
+	}
+	metrics := do(t, t.Context(), sim, http.MethodGet, "/metrics", nil, "").Body.String()
+	if want := "paymentsim_duplicate_references 1\n"; !strings.Contains(metrics, want) {
+		t.Errorf("metrics lack %q", want)
+	}
+}
+
 func equalStats(a, b Stats) bool {
 	return a.TotalCharges == b.TotalCharges && a.Declines == b.Declines &&
 		len(a.ChargesByReference) == len(b.ChargesByReference) &&
@@ -187,8 +215,8 @@ func TestLedgerCap(t *testing.T) {
 	if got, want := st.IdempotencyKeys, 2; got != want {
 		t.Errorf("keys kept: got %d, want %d", got, want)
 	}
-	if _, ok := st.ChargesByReference["k1"]; ok {
-		t.Errorf("oldest reference k1 still kept: %v", st.ChargesByReference)
+	if got, want := len(st.ChargesByReference), 3; got != want {
+		t.Errorf("references kept: got %d (%v), want %d: charges outlive the keys", got, st.ChargesByReference, want)
 	}
 	if got, want := st.TotalCharges, 3; got != want {
 		t.Errorf("total charges: got %d, want %d", got, want)
