@@ -34,6 +34,8 @@ type Error struct {
 	Message string
 	// Err is the underlying cause, such as a network error or context.DeadlineExceeded.
 	Err error
+
+	lookup bool // the error of a lookup (FindCharges), not of a charge attempt
 }
 
 func (e *Error) Error() string {
@@ -64,9 +66,10 @@ func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
 // IsDeclined reports whether the provider declined the payment.
 func IsDeclined(err error) bool { return errors.Is(err, ErrDeclined) }
 
-// newStatusError classifies a non-2xx response, following the provider protocol's table.
-func newStatusError(status int, body []byte) *Error {
-	e := &Error{Kind: kindOf(status), StatusCode: status}
+// newStatusError describes a non-2xx response of the given kind, with the provider's error
+// type and message when the body carries them.
+func newStatusError(kind error, status int, body []byte) *Error {
+	e := &Error{Kind: kind, StatusCode: status}
 	var b struct {
 		Error struct {
 			Type    string `json:"type"`
@@ -80,15 +83,22 @@ func newStatusError(status int, body []byte) *Error {
 	return e
 }
 
-// kindOf follows the protocol: 402 declines, 400 and 422 reject our request
+// kindOf classifies a charge's non-2xx status, following the protocol: 402 declines, 400 and 422 reject our request
 // itself. Everything else is treated as provider trouble, including 401,
 // 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a
 // misrouting proxy — an outage to fix, during which orders must be deferred
 // (and the breaker open, and alerts fire), not failed one by one.
 func kindOf(status int) error {
-	switch status {
-	case http.StatusPaymentRequired:
+	if status == http.StatusPaymentRequired {
 		return ErrDeclined
+	}
+	return lookupKindOf(status)
+}
+
+// lookupKindOf classifies a lookup's non-2xx status the same way, except that a lookup cannot
+// be declined: 400 and 422 reject our request, anything else is provider trouble.
+func lookupKindOf(status int) error {
+	switch status {
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return ErrPermanent
 	default:
@@ -101,10 +111,11 @@ func kindOf(status int) error {
 // process the request (429 rate limited, 503 unavailable), or it declined or
 // rejected it. Any other failure — a timeout, a reset or lost response, a
 // 409 (the same key still in flight), a 500 — is ambiguous: the provider may
-// hold a charge, which only a retry with the same key can reveal.
+// hold a charge, which only a retry with the same key can reveal. An error of
+// FindCharges is never NotCharged: a failed lookup proves nothing.
 func NotCharged(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) || e.lookup {
 		return false
 	}
 	switch {

@@ -54,7 +54,7 @@ type Config struct {
 
 // Client charges payments through the provider. It is safe for concurrent use.
 type Client struct {
-	chargesURL string
+	chargesURL *url.URL
 	http       *http.Client
 }
 
@@ -67,7 +67,7 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	cfg = withDefaults(cfg)
 	return &Client{
-		chargesURL: base.JoinPath("v1", "charges").String(),
+		chargesURL: base.JoinPath("v1", "charges"),
 		http: &http.Client{
 			Transport: newTransport(cfg),
 			// A redirect of a charge is a misconfigured base URL; following it would repost.
@@ -178,23 +178,33 @@ func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error)
 	}
 	// Note: net/http may resend a request carrying an Idempotency-Key once by itself when a
 	// reused keep-alive connection turns out to be closed; the key makes that safe.
+	resp, body, err := c.send(httpReq)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return Receipt{}, newStatusError(kindOf(resp.StatusCode), resp.StatusCode, body)
+	}
+	return parseReceipt(resp, body, req)
+}
+
+// send makes one request and reads the response body whole. A failure is a transient *Error:
+// nothing arrived, or not all of it.
+func (c *Client) send(httpReq *http.Request) (*http.Response, []byte, error) {
 	resp, err := c.http.Do(httpReq)
 	if err != nil {
-		return Receipt{}, &Error{Kind: ErrTransient, Err: err}
+		return nil, nil, &Error{Kind: ErrTransient, Err: err}
 	}
 	defer resp.Body.Close()
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: fmt.Errorf("read response: %w", err)}
+		return nil, nil, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: fmt.Errorf("read response: %w", err)}
 	}
 	if len(body) > maxResponseBytes {
-		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: errors.New("response body over 64 KiB")}
+		return nil, nil, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: errors.New("response body over 64 KiB")}
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return Receipt{}, newStatusError(resp.StatusCode, body)
-	}
-	return parseReceipt(resp, body, req)
+	return resp, body, nil
 }
 
 func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Request, error) {
@@ -207,7 +217,7 @@ func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Reque
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL, bytes.NewReader(body))
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}

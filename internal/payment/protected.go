@@ -56,6 +56,16 @@ func (p *Protected) Charge(ctx context.Context, req ChargeRequest) (Receipt, err
 	})
 }
 
+// FindCharges looks up the order's successful charges (see Client.FindCharges) through
+// the same stack as Charge, and so shares its breaker and bulkhead: a provider outage
+// takes the lookup down with the charges, and a lookup takes a slot a charge could have
+// used. Besides Client.FindCharges's errors it may return the stack's refusals, as Charge.
+func (p *Protected) FindCharges(ctx context.Context, orderID string) ([]Receipt, error) {
+	return resilience.Do(ctx, p.policy, func(ctx context.Context) ([]Receipt, error) {
+		return p.client.FindCharges(ctx, orderID)
+	})
+}
+
 // RetryAfter is how long until the breaker lets a call through again.
 func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
 

@@ -26,7 +26,14 @@ type Server struct {
 // waits for running handlers, and a hung request would block it forever.
 func Start(t testing.TB, latency time.Duration) *Server {
 	t.Helper()
-	sim := paymentsim.New(paymentsim.Config{Latency: latency})
+	return StartConfig(t, paymentsim.Config{Latency: latency})
+}
+
+// StartConfig is Start with a whole simulator configuration, e.g. a small
+// LedgerCap to make the provider forget idempotency keys.
+func StartConfig(t testing.TB, cfg paymentsim.Config) *Server {
+	t.Helper()
+	sim := paymentsim.New(cfg)
 	srv := httptest.NewServer(sim)
 	s := &Server{URL: srv.URL, Sim: sim}
 	t.Cleanup(srv.Close)
