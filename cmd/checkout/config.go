@@ -53,6 +53,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Orders: order.Config{
 			PaymentBudget: env.Duration("PAYMENT_BUDGET", orders.PaymentBudget, 10*time.Millisecond, time.Minute),
 			DBTimeout:     env.Duration("DB_TX_TIMEOUT", orders.DBTimeout, 10*time.Millisecond, time.Minute),
+			KeyRetention:  env.Duration("PROVIDER_KEY_RETENTION", orders.KeyRetention, time.Second, 365*24*time.Hour),
 		},
 	}
 	// Without protection there is no fallback, and in mode none no deadline

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
@@ -16,8 +20,9 @@ import (
 )
 
 // serve wires checkout: database pool, the protected payment client, the
-// order service and the HTTP server. Checkout writes charge jobs into River's
-// table with the order (see order.Service.Place); the worker runs them.
+// order service and the HTTP server. Checkout inserts the charge job of a
+// deferred order with River's InsertTx (see order.Service.Place); the worker
+// runs the jobs.
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	pool, err := database.Open(ctx, cfg.Database)
 	if err != nil {
@@ -42,12 +47,18 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Checkout only inserts jobs (the deferred orders' charge jobs); an
+	// insert-only River client runs nothing.
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
 
 	handler := api.NewServer(api.Deps{
 		Logger:     logger,
 		Registry:   reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, payer, api.RenderOrder, cfg.Orders, logger),
+		Orders:     order.NewService(pool, payer, jobs, cfg.Orders, logger),
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool,
 		HealthPool: healthPool,
@@ -58,26 +69,35 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		// turn into 503s under load even while Postgres is healthy.
 		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
 	}
-	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", cfg.PaymentURL)
+	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", redacted(cfg.PaymentURL))
 	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 }
 
 // newPools returns the API pool and the pool /health is served from: its own
 // in protected mode, the API's otherwise (DESIGN.md's modes).
 func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.Handler) http.Handler, err error) {
-	api, err := resilience.NewPool("api", cfg.APIPool, m)
+	business, err := resilience.NewPool("api", cfg.APIPool, m, api.PoolFull)
 	if err != nil {
 		return nil, nil, err
 	}
 	if cfg.Resilience.Mode != resilience.ModeProtected {
-		return api.Middleware, api.Middleware, nil
+		return business.Middleware, business.Middleware, nil
 	}
-	health, err := resilience.NewPool("health", cfg.HealthPool, m)
+	probes, err := resilience.NewPool("health", cfg.HealthPool, m, api.PoolFull)
 	if err != nil {
 		return nil, nil, err
 	}
-	return api.Middleware, health.Middleware, nil
+	return business.Middleware, probes.Middleware, nil
 }
 
 // Compile-time check that the wiring's payer fits the order package.
 var _ order.Payer = (*payment.Protected)(nil)
+
+// redacted is a URL fit for logs: credentials in it are masked.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}

@@ -11,25 +11,21 @@ import (
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
+	"github.com/resilientcheckout/checkout/internal/worker"
 )
 
 // config is every setting of the worker binary, read from the environment
 // in one place. README.md lists each variable; a test keeps the two in sync.
 type config struct {
-	HTTPAddr             string
-	LogLevel             string
-	ShutdownTimeout      time.Duration
-	Database             database.Config
-	PaymentURL           string
-	Concurrency          int
-	Resilience           resilience.Config
-	RescueStuckJobsAfter time.Duration
-	KeyRetention         time.Duration
-	PruneInterval        time.Duration
-	ReconcileAfter       time.Duration
-	ReconcileInterval    time.Duration
-	RiverUIUser          string
-	RiverUIPassword      string
+	HTTPAddr        string
+	LogLevel        string
+	ShutdownTimeout time.Duration
+	Database        database.Config
+	PaymentURL      string
+	Resilience      resilience.Config
+	Worker          worker.Config
+	RiverUIUser     string
+	RiverUIPassword string
 }
 
 // workerResilienceDefaults adjusts DESIGN.md's defaults for a background
@@ -51,23 +47,38 @@ func workerResilienceDefaults() resilience.Config {
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
+	charge, schedule := worker.DefaultChargePolicy(), worker.DefaultSchedule()
+	shutdownTimeout := env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute)
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8081"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
-		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		ShutdownTimeout: shutdownTimeout,
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
-		Concurrency:     env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
-		// Must exceed the job timeout: River rescues a job only once it has
-		// run this long, so a worker killed mid-charge has its job retried.
-		RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, order.ChargeJobTimeout+time.Second, time.Hour),
-		KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
-		PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
-		ReconcileAfter:       env.Duration("RECONCILE_AFTER", 10*time.Minute, time.Second, 24*time.Hour),
-		ReconcileInterval:    env.Duration("RECONCILE_INTERVAL", 5*time.Minute, time.Second, 24*time.Hour),
-		RiverUIUser:          env.String("RIVERUI_USER", ""),
-		RiverUIPassword:      env.String("RIVERUI_PASSWORD", ""),
+		Worker: worker.Config{
+			Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
+			Charge: worker.ChargePolicy{
+				GiveUpAfter:  env.Int("CHARGE_GIVE_UP_AFTER", charge.GiveUpAfter, 1, order.JobMaxAttempts-1),
+				KeyRetention: env.Duration("PROVIDER_KEY_RETENTION", charge.KeyRetention, time.Second, 365*24*time.Hour),
+				LookupAfter:  env.Duration("LOOKUP_AFTER", charge.LookupAfter, 0, time.Hour),
+			},
+			Schedule: worker.Schedule{
+				SweepAfter:        env.Duration("SWEEP_AFTER", schedule.SweepAfter, time.Second, 24*time.Hour),
+				SweepInterval:     env.Duration("SWEEP_INTERVAL", schedule.SweepInterval, time.Second, 24*time.Hour),
+				ReconcileAfter:    env.Duration("RECONCILE_AFTER", schedule.ReconcileAfter, time.Second, 24*time.Hour),
+				ReconcileInterval: env.Duration("RECONCILE_INTERVAL", schedule.ReconcileInterval, time.Second, 24*time.Hour),
+			},
+			// Must exceed the job timeout: River rescues a job only once it
+			// has run this long, so a worker killed mid-charge has its job
+			// retried.
+			RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, worker.ChargeJobTimeout+time.Second, time.Hour),
+			KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
+			PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
+			ShutdownTimeout:      shutdownTimeout,
+		},
+		RiverUIUser:     env.String("RIVERUI_USER", ""),
+		RiverUIPassword: env.String("RIVERUI_PASSWORD", ""),
 	}
 	// River retries failed jobs on its own schedule (order.ChargeWorker's
 	// NextRetry); retrying inside a job as well would multiply attempts.

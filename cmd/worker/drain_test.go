@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
@@ -112,11 +113,7 @@ func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The HTTP rendering is not under test here; any complete response will do.
-	render := func(order.Order) idempotency.Response {
-		return idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: []byte("{}")}
-	}
-	svc := order.NewService(db, payer, render, order.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := newOrderService(t, db, payer)
 	req := order.PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}}}
 	for i := range n {
@@ -124,6 +121,16 @@ func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 			t.Fatalf("place order %d: %v", i, err)
 		}
 	}
+}
+
+// newOrderService is the checkout flow as cmd/checkout wires it.
+func newOrderService(t *testing.T, db *pgxpool.Pool, payer order.Payer) *order.Service {
+	t.Helper()
+	jobs, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return order.NewService(db, payer, jobs, order.DefaultConfig(), slog.New(slog.DiscardHandler))
 }
 
 func countOrders(t *testing.T, db *pgxpool.Pool, status order.Status) int {

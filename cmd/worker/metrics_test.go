@@ -13,7 +13,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/observability/obstest"
 	"github.com/resilientcheckout/checkout/internal/order"
@@ -48,7 +47,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := order.NewService(db, payer, api.RenderOrder, order.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := newOrderService(t, db, payer)
 	res, err := svc.Place(t.Context(), "metrics-1", order.PlaceRequest{
 		CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_chargeDeclined",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}},

@@ -49,27 +49,27 @@ func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Han
 			writeProblem(w, newProblem(http.StatusBadRequest, "malformed-order", "The body could not be read."))
 			return
 		}
-		req, err := order.DecodePlaceRequest(body)
+		req, err := decodePlaceRequest(body)
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
 
-		res, err := svc.Place(r.Context(), key, req)
+		placed, err := svc.Place(r.Context(), key, req)
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
-		if res.Replayed {
+		if placed.Replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
 		} else {
-			annotate(r.Context(), slog.String("order_id", res.Order.ID.String()), slog.String("order_status", string(res.Order.Status)))
-			metrics.orders.WithLabelValues(string(res.Order.Status)).Inc()
+			annotate(r.Context(), slog.String("order_id", placed.Order.ID.String()), slog.String("order_status", string(placed.Order.Status)))
+			metrics.orders.WithLabelValues(string(placed.Order.Status)).Inc()
 		}
-		if res.RetryAfter > 0 {
-			w.Header().Set("Retry-After", seconds(res.RetryAfter))
+		if placed.RetryAfter > 0 {
+			w.Header().Set("Retry-After", seconds(placed.RetryAfter))
 		}
-		writeResponse(w, res.Response)
+		writePlaced(w, placed.Order)
 	})
 }
 
@@ -87,27 +87,32 @@ func getOrder(svc *order.Service, log *slog.Logger) http.Handler {
 			writeError(w, r, log, err)
 			return
 		}
-		body, _ := json.Marshal(o)
-		writeResponse(w, idempotency.Response{Status: http.StatusOK, ContentType: "application/json", Body: body})
+		writeJSON(w, http.StatusOK, o)
 	})
 }
 
-// renderOrder is the response POST /orders gives, and stores for replays,
-// for an order in each state.
-func renderOrder(o order.Order) idempotency.Response {
-	location := "/orders/" + o.ID.String()
-	if o.Status == order.StatusPaymentFailed {
+// writePlaced renders the answer of POST /orders for an order as placed:
+// the same order gives the same bytes, so a replay, rebuilt from the answer
+// recorded with the order, repeats the first response exactly.
+func writePlaced(w http.ResponseWriter, o order.Order) {
+	w.Header().Set("Location", "/orders/"+o.ID.String())
+	switch o.Status {
+	case order.StatusPaymentFailed:
 		p := newProblem(http.StatusPaymentRequired, "payment-failed", "The payment was not accepted.")
 		p.OrderID, p.FailureReason = o.ID.String(), o.FailureReason
-		body, _ := json.Marshal(p)
-		return idempotency.Response{Status: p.Status, ContentType: problemContentType, Location: location, Body: body}
+		writeProblem(w, p)
+	case order.StatusPaid:
+		writeJSON(w, http.StatusCreated, o)
+	default: // pending_payment: the worker charges it later
+		writeJSON(w, http.StatusAccepted, o)
 	}
-	status := http.StatusAccepted // pending_payment: the worker charges it later
-	if o.Status == order.StatusPaid {
-		status = http.StatusCreated
-	}
-	body, _ := json.Marshal(o) // cannot fail: the order has no unencodable fields
-	return idempotency.Response{Status: status, ContentType: "application/json", Location: location, Body: body}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v) // cannot fail: the values have no unencodable fields
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 func isJSON(contentType string) bool {

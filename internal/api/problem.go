@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
 )
@@ -38,19 +40,50 @@ func newProblem(status int, slug, detail string) Problem {
 	return Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail}
 }
 
+// writeProblem writes every problem document checkout answers with: this
+// file is the one place they are made.
 func writeProblem(w http.ResponseWriter, p Problem) {
 	body, _ := json.Marshal(p) // cannot fail: strings and ints only
-	writeResponse(w, idempotency.Response{Status: p.Status, ContentType: problemContentType, Body: body})
+	w.Header().Set("Content-Type", problemContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
 }
 
-func writeResponse(w http.ResponseWriter, r idempotency.Response) {
-	h := w.Header()
-	h.Set("Content-Type", r.ContentType)
-	if r.Location != "" {
-		h.Set("Location", r.Location)
+// notFound answers requests for resources that do not exist.
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, newProblem(http.StatusNotFound, "", "No such resource."))
+}
+
+// methodNotAllowed answers a known path with a method it does not serve,
+// listing in Allow the methods it does (RFC 9110, 15.5.6). chi sets Allow
+// only in its own 405 handler, so the router is asked path by method.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.Routes != nil {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if rctx.Routes.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				w.Header().Add("Allow", m)
+			}
+		}
 	}
-	w.WriteHeader(r.Status)
-	_, _ = w.Write(r.Body)
+	writeProblem(w, newProblem(http.StatusMethodNotAllowed, "", "This resource does not support that method; see the Allow header."))
+}
+
+// poolFull is the answer of a full API or health pool (resilience.Pool):
+// written for every shed request while the server is saturated, so it is
+// rendered once.
+var poolFull = func() []byte {
+	body, _ := json.Marshal(newProblem(http.StatusServiceUnavailable, "",
+		"The server is at capacity. Retry after the time in the Retry-After header."))
+	return body
+}()
+
+// PoolFull writes poolFull; resilience.Pool calls it when it sheds a request.
+func PoolFull(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", problemContentType)
+	h.Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(poolFull)
 }
 
 // retryAfterUnavailable is the Retry-After of a 503 when the database is
@@ -67,7 +100,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	case errors.As(err, &invalid):
 		p = newProblem(http.StatusUnprocessableEntity, "invalid-order", "The order has invalid fields; see errors.")
 		p.Errors = invalid.Fields
-	case errors.Is(err, order.ErrMalformed):
+	case errors.Is(err, errMalformed):
 		p = newProblem(http.StatusBadRequest, "malformed-order", err.Error())
 	case errors.Is(err, idempotency.ErrInvalidKey):
 		p = newProblem(http.StatusBadRequest, "invalid-idempotency-key", err.Error())

@@ -13,13 +13,10 @@ import (
 // routes is the one place that lists every endpoint of the checkout API.
 func routes(d Deps) http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, observe(d.Logger, d.Metrics), recoverPanic(d.Logger))
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeProblem(w, newProblem(http.StatusNotFound, "", "No such resource."))
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeProblem(w, newProblem(http.StatusMethodNotAllowed, "", "This resource does not support that method."))
-	})
+	// GetHead serves HEAD from the GET routes (net/http drops the body).
+	r.Use(middleware.RequestID, observe(d.Logger, d.Metrics), recoverPanic(d.Logger), middleware.GetHead)
+	r.NotFound(notFound)
+	r.MethodNotAllowed(methodNotAllowed)
 
 	// Liveness from its own pool; it touches no dependency.
 	r.With(d.HealthPool).Method(http.MethodGet, "/health", health.Liveness())

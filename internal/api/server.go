@@ -1,7 +1,10 @@
-// Package api is checkout's HTTP layer: it routes requests, maps domain
-// errors to RFC 9457 problem responses, and keeps probes isolated from
-// business traffic. Business rules live in internal/order; this package only
-// translates between HTTP and them.
+// Package api is checkout's HTTP layer: it routes requests (routes.go),
+// decodes order documents strictly (decode.go), renders what
+// internal/order returns — the first time and on replay — (orders.go), maps
+// domain errors to RFC 9457 problem responses, the only place problems are
+// written (problem.go), and keeps probes isolated from business traffic.
+// Business rules live in internal/order; this package only translates
+// between HTTP and them.
 package api
 
 import (
@@ -33,9 +36,6 @@ type Deps struct {
 func NewServer(d Deps) http.Handler {
 	return routes(d)
 }
-
-// RenderOrder is the order.Renderer the checkout flow stores responses with.
-var RenderOrder order.Renderer = renderOrder
 
 // readyTimeout keeps /ready under the 2 s probe timeout orchestrators use by
 // default, even when the database hangs instead of refusing connections.

@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
@@ -117,11 +119,15 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiPool, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics)
+	apiPool, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics, api.PoolFull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthPool, err := resilience.NewPool("health", resilience.DefaultHealthPool(), metrics)
+	healthPool, err := resilience.NewPool("health", resilience.DefaultHealthPool(), metrics, api.PoolFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +135,7 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 		Logger:     log,
 		Registry:   b.reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, payer, api.RenderOrder, ocfg, log),
+		Orders:     order.NewService(pool, payer, jobs, ocfg, log),
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool.Middleware,
 		HealthPool: healthPool.Middleware,

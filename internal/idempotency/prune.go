@@ -36,10 +36,9 @@ const pruneBatch = 1000
 
 // Work deletes every key older than the retention period.
 func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
-	cutoff := time.Now().Add(-w.retention)
 	var total int64
 	for {
-		n, err := DeleteExpired(ctx, w.db, cutoff, pruneBatch)
+		n, err := DeleteExpired(ctx, w.db, w.retention, pruneBatch)
 		if err != nil {
 			return err
 		}
@@ -48,7 +47,7 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 			break
 		}
 	}
-	w.log.InfoContext(ctx, "pruned idempotency keys", "deleted", total, "older_than", cutoff)
+	w.log.InfoContext(ctx, "pruned idempotency keys", "deleted", total, "older_than", w.retention)
 	return nil
 }
 

@@ -11,10 +11,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
-	"github.com/resilientcheckout/checkout/internal/payment"
 )
 
 // Errors Place and Get return besides *ValidationError; the HTTP layer maps
@@ -33,21 +34,6 @@ var (
 	ErrProviderTimeout     = errors.New("payment provider timed out")
 )
 
-// Payer charges orders. In production it is the payment client behind the
-// resilience stack (payment.Protected); the order package only needs these
-// two methods.
-type Payer interface {
-	Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error)
-	// RetryAfter is how long until the provider may be called again (the
-	// circuit breaker's remaining open time), 0 when it may be called now.
-	RetryAfter() time.Duration
-}
-
-// Renderer turns an order into the HTTP response stored for its
-// Idempotency-Key. It belongs to the HTTP layer; the service calls it so the
-// response is saved in the same transaction that settles the order.
-type Renderer func(Order) idempotency.Response
-
 // Config tunes the checkout flow.
 type Config struct {
 	// PaymentBudget bounds the synchronous charge, retries included. It must
@@ -61,18 +47,23 @@ type Config struct {
 	// Fallback saves orders as pending_payment when the provider is
 	// unavailable (protected mode). Off, such requests fail with 502/504.
 	Fallback bool
+	// KeyRetention is how long the provider remembers idempotency keys
+	// (PROVIDER_KEY_RETENTION): a request resuming an order older than
+	// MayCharge allows defers it to the worker, which resolves it by lookup.
+	KeyRetention time.Duration
 }
 
 // DefaultConfig: two 500 ms attempts plus up to 100 ms of backoff fit in
 // 1.5 s, and 1.5 s per transaction keeps a database outage's 503 under 2 s.
 func DefaultConfig() Config {
-	return Config{PaymentBudget: 1500 * time.Millisecond, DBTimeout: 1500 * time.Millisecond, Fallback: true}
+	return Config{PaymentBudget: 1500 * time.Millisecond, DBTimeout: 1500 * time.Millisecond, Fallback: true, KeyRetention: 24 * time.Hour}
 }
 
-// lockTTL is how long a request holds its key, and when the order's charge
-// job first becomes due: after the request's own deadline, so the worker
-// only takes over orders whose request died. The longest request — one
-// that resumes a key — runs three transactions and the charge.
+// lockTTL is how long a request holds its key: past its own deadline, so a
+// retry only resumes a request that died. The longest request — one that
+// resumes a key — runs three database steps and the charge. With the
+// defaults it is 7 s; the worker's sweep (SWEEP_AFTER) must wait at least
+// this long before it takes a pending order over.
 func (c Config) lockTTL() time.Duration {
 	budget := c.PaymentBudget
 	if budget == 0 {
@@ -85,27 +76,36 @@ func (c Config) lockTTL() time.Duration {
 // none): no response outlives the HTTP server's 30 s write timeout.
 const unboundedCharge = 30 * time.Second
 
+// JobInserter inserts River jobs inside a transaction: a River client's
+// InsertTx (an insert-only client is enough).
+type JobInserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
 // Service runs the checkout flow.
 type Service struct {
-	db     *pgxpool.Pool
-	payer  Payer
-	render Renderer
-	cfg    Config
-	log    *slog.Logger
+	db    *pgxpool.Pool
+	payer Payer
+	jobs  JobInserter
+	cfg   Config
+	log   *slog.Logger
 }
 
 // NewService wires the flow's dependencies.
-func NewService(db *pgxpool.Pool, payer Payer, render Renderer, cfg Config, log *slog.Logger) *Service {
-	return &Service{db: db, payer: payer, render: render, cfg: cfg, log: log}
+func NewService(db *pgxpool.Pool, payer Payer, jobs JobInserter, cfg Config, log *slog.Logger) *Service {
+	return &Service{db: db, payer: payer, jobs: jobs, cfg: cfg, log: log}
 }
 
-// Result is what Place answered.
-type Result struct {
-	Response idempotency.Response
-	// Replayed: Response is the stored answer to an earlier request.
-	Replayed bool
-	// Order is the order as it stands (zero when Replayed).
+// Placed is the outcome of Place: the order as the request's answer shows
+// it. internal/api renders it — 201 paid, 202 pending_payment, 402
+// payment_failed — the same way the first time and on replay.
+type Placed struct {
+	// Order is the order as answered. For a replay it is rebuilt from the
+	// stored answer, so it is the first answer's order, not today's: a
+	// replayed 202 stays a 202 (clients poll GET /orders/{id}).
 	Order Order
+	// Replayed: this is the stored answer to an earlier request.
+	Replayed bool
 	// RetryAfter hints when a deferred order is worth polling.
 	RetryAfter time.Duration
 }
@@ -114,39 +114,38 @@ type Result struct {
 type placement struct {
 	key   string
 	order Order
-	jobID int64 // 0 when not known (a resumed request)
 }
 
 // Place creates the order for one Idempotency-Key and tries to charge it.
 //
-//  1. One statement claims the key, inserts the order (pending) and its
-//     charge job, due after this request's deadline. From here on the order
-//     cannot be lost: if this process dies, the worker charges it.
-//  2. The charge runs through the Payer (retry → breaker → bulkhead →
-//     timeout) within PaymentBudget.
-//  3. One batch — a single round trip and an implicit transaction — settles
-//     the order, retires or reschedules its job and stores the response
-//     for replays.
-func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Result, error) {
+//  1. One statement claims the key and inserts the order as pending (see
+//     insertOrderWithKey). From here on the order cannot be lost: if this
+//     process dies, the worker's sweep gives it a charge job.
+//  2. The charge runs through the Payer (retry → breaker → concurrency
+//     limit → timeout) within PaymentBudget; Charge decides what it means.
+//  3. One statement settles the order and records the answer for replays
+//     — or, when the provider is unavailable, one transaction defers the
+//     order and inserts its charge job, due when the breaker will probe.
+func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Placed, error) {
 	total, err := req.Validate()
 	if err != nil {
-		return Result{}, err
+		return Placed{}, err
 	}
 	p, claim, err := s.begin(ctx, key, req, total)
 	if err != nil {
-		return Result{}, classifyDBError(err)
+		return Placed{}, classifyDBError(err)
 	}
-	switch claim.State {
+	switch claim.state {
 	case idempotency.Finished:
-		return Result{Response: claim.Response, Replayed: true}, nil
+		return Placed{Order: claim.answer, Replayed: true}, nil
 	case idempotency.InProgress:
-		return Result{}, ErrKeyInUse
+		return Placed{}, ErrKeyInUse
 	case idempotency.Mismatch:
-		return Result{}, ErrKeyReused
+		return Placed{}, ErrKeyReused
 	}
 	if p.order.Status.Terminal() {
 		// A resumed request whose order the worker settled meanwhile.
-		return s.settle(ctx, p, settlement{Status: p.order.Status})
+		return s.settle(ctx, p, Settlement{Status: p.order.Status})
 	}
 	return s.charge(ctx, p)
 }
@@ -154,35 +153,34 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Resu
 // begin is step 1. Its common case — a new key — is one statement. A key
 // seen before (a replay, a retry) writes nothing there and costs a
 // transaction to look the key up.
-func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, idempotency.Claim, error) {
+func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, keyClaim, error) {
 	lockFor := s.cfg.lockTTL()
 	p := placement{key: key}
 	o, err := newOrder(req, total)
 	if err != nil {
-		return p, idempotency.Claim{}, err
+		return p, keyClaim{}, err
 	}
 	dbCtx, cancel := s.dbContext(ctx)
-	p.jobID, err = insertOrderWithKeyAndJob(dbCtx, s.db, &o, key, req.Fingerprint(), lockFor, time.Now().Add(lockFor))
+	err = insertOrderWithKey(dbCtx, s.db, &o, key, req.Fingerprint(), lockFor)
 	cancel()
 	if err == nil {
 		p.order = o
-		return p, idempotency.Claim{State: idempotency.Claimed}, nil
+		return p, keyClaim{state: idempotency.Claimed}, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) { // ErrNoRows: the key existed
-		return p, idempotency.Claim{}, err
+		return p, keyClaim{}, err
 	}
 
-	var claim idempotency.Claim
+	var claim keyClaim
 	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		if claim, err = idempotency.Lookup(ctx, tx, key, req.Fingerprint(), lockFor); err != nil {
-			return err
-		}
-		if claim.State == idempotency.Resumed {
-			p.order, err = Get(ctx, tx, claim.OrderID)
-		}
+		claim, err = lookupKey(ctx, tx, key, req.Fingerprint(), lockFor)
 		return err
 	})
+	if errors.Is(err, errKeyVanished) {
+		return s.begin(ctx, key, req, total) // the claim can now succeed
+	}
+	p.order = claim.order
 	return p, claim, err
 }
 
@@ -197,75 +195,80 @@ func newOrder(req PlaceRequest, total int64) (Order, error) {
 	}, nil
 }
 
-// charge is step 2; it always ends in settle unless fallback is off.
-func (s *Service) charge(ctx context.Context, p placement) (Result, error) {
+// charge is step 2; it always ends in settle or defer unless fallback is off.
+func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 	// The charge outlives a client that hangs up: finishing it and storing
-	// the response lets the client's retry get a replay instead of a 409.
+	// the answer lets the client's retry get a replay instead of a 409.
 	chargeCtx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
 	if s.cfg.PaymentBudget > 0 {
 		chargeCtx, cancel = context.WithTimeout(chargeCtx, s.cfg.PaymentBudget)
 	}
 	defer cancel()
-	o := p.order
-	receipt, err := s.payer.Charge(chargeCtx, payment.ChargeRequest{
-		OrderID: o.ID.String(), Amount: o.Total, Currency: o.Currency, PaymentMethod: o.PaymentMethod,
-	})
-	switch {
-	case err == nil:
-		return s.settle(ctx, p, settlement{Status: StatusPaid, ChargeID: receipt.ChargeID})
-	case payment.IsDeclined(err):
-		return s.settle(ctx, p, settlement{Status: StatusPaymentFailed, FailureReason: ReasonCardDeclined})
-	case errors.Is(err, payment.ErrPermanent):
-		// The provider rejected our request itself: retrying cannot help.
-		s.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
-		return s.settle(ctx, p, settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderRejected})
-	case s.cfg.Fallback:
-		s.log.WarnContext(ctx, "payment deferred to the worker", "order_id", o.ID, "err", err)
-		return s.settle(ctx, p, settlement{Status: StatusPendingPayment})
+	var (
+		to      Settlement
+		settled bool
+		err     = errChargeWindowClosed
+	)
+	if MayCharge(p.order, s.cfg.KeyRetention, time.Now()) {
+		to, settled, err = Charge(chargeCtx, s.payer, p.order)
 	}
-	// No fallback: the order stays pending and its job (due after lockTTL)
-	// charges it. Free the key so a client retry resumes right away.
-	if relErr := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		return idempotency.Release(ctx, tx, p.key)
-	}); relErr != nil {
+	switch {
+	case settled:
+		if to.FailureReason == ReasonProviderRejected {
+			s.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", p.order.ID, "err", err)
+		}
+		return s.settle(ctx, p, to)
+	case s.cfg.Fallback:
+		s.log.WarnContext(ctx, "payment deferred to the worker", "order_id", p.order.ID, "err", err)
+		return s.deferOrder(ctx, p)
+	}
+	// No fallback: the order stays pending and the worker's sweep charges
+	// it. Free the key so a client retry resumes right away.
+	dbCtx, cancelDB := s.dbContext(ctx)
+	defer cancelDB()
+	if relErr := releaseKey(dbCtx, s.db, p.key); relErr != nil {
 		s.log.WarnContext(ctx, "could not release idempotency key", "err", relErr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return Result{}, fmt.Errorf("%w: order %s: %w", ErrProviderTimeout, o.ID, err)
+		return Placed{}, fmt.Errorf("%w: order %s: %w", ErrProviderTimeout, p.order.ID, err)
 	}
-	return Result{}, fmt.Errorf("%w: order %s: %w", ErrProviderUnavailable, o.ID, err)
+	return Placed{}, fmt.Errorf("%w: order %s: %w", ErrProviderUnavailable, p.order.ID, err)
 }
 
-// settle is step 3: the order's new state, its job and the stored response
-// change together or not at all, in one round trip. The order update only
-// applies to an order still unsettled: the API and the worker may race to
-// settle it (only when a request outlives its lock) and the first one wins.
-// The loser still stores its own rendering as the key's response; both
-// charged with the same provider key, so a paid or declined answer names
-// the same charge or decline, and a 202 stays a 202 that clients poll.
-func (s *Service) settle(ctx context.Context, p placement, to settlement) (Result, error) {
-	o := p.order
-	b := &pgx.Batch{}
-	if !o.Status.Terminal() {
-		o.Status, o.ChargeID, o.FailureReason = to.Status, to.ChargeID, to.FailureReason
-		o.UpdatedAt = now()
-		queueSettle(b, o)
-	}
-	res := Result{Order: o, Response: s.render(o)}
-	if p.jobID != 0 { // 0: a resumed request; its job stays as scheduled
-		if o.Status == StatusPendingPayment {
-			res.RetryAfter = s.probeDelay()
-			b.Queue(rescheduleJobSQL, p.jobID, time.Now().Add(res.RetryAfter))
-		} else {
-			b.Queue(retireJobSQL, p.jobID)
-		}
-	}
-	idempotency.QueueFinish(b, p.key, res.Response)
-
+// settle is step 3 for a charge with an outcome: one statement moves the
+// order to its new state and records the answer (see settle in store.go).
+// If the worker settled the order first, the answer is the order as the
+// worker left it.
+func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Placed, error) {
 	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
-		return Result{}, classifyDBError(fmt.Errorf("settle order %s as %s: %w", o.ID, o.Status, err))
+	_, answered, _, err := settle(ctx, s.db, p.order.ID, to, true)
+	if err != nil {
+		return Placed{}, classifyDBError(err)
+	}
+	return Placed{Order: answered}, nil
+}
+
+// deferOrder is step 3 without an outcome: the order becomes
+// pending_payment and gets its charge job, due when the breaker will next
+// let a probe through, in one transaction — the answer 202 is only given
+// once the job that keeps its promise exists. A job already live for the
+// order (the sweep's, for a request that outlived its lock) is kept.
+func (s *Service) deferOrder(ctx context.Context, p placement) (Placed, error) {
+	res := Placed{RetryAfter: s.probeDelay()}
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, answered, _, err := settle(ctx, tx, p.order.ID, Settlement{Status: StatusPendingPayment}, true)
+		if err != nil {
+			return err
+		}
+		res.Order = answered
+		opts := ChargeArgs{}.InsertOpts()
+		opts.ScheduledAt = time.Now().Add(res.RetryAfter)
+		_, err = s.jobs.InsertTx(ctx, tx, ChargeArgs{OrderID: p.order.ID}, &opts)
+		return err
+	})
+	if err != nil {
+		return Placed{}, classifyDBError(fmt.Errorf("defer order %s: %w", p.order.ID, err))
 	}
 	return res, nil
 }
@@ -304,6 +307,9 @@ func (s *Service) inTx(ctx context.Context, fn func(context.Context, pgx.Tx) err
 	defer cancel()
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
 }
+
+// errChargeWindowClosed: a resumed order too old to charge (see MayCharge).
+var errChargeWindowClosed = errors.New("order too old to charge under a key the provider still remembers")
 
 func classifyDBError(err error) error {
 	if err != nil && database.IsUnavailable(err) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,80 +14,231 @@ import (
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 )
 
+// This file holds every SQL statement on the order aggregate: the order row,
+// the Idempotency-Key row that created it, and the answer that request got.
+
 // ErrNotFound: no order has that id.
 var ErrNotFound = errors.New("order not found")
 
-// querier is what the storage functions need: a pool, a connection or a
+// Querier is what the storage functions need: a pool, a connection or a
 // transaction.
-type querier interface {
+type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const orderColumns = `id, status, customer_id, currency, payment_method, items, total,
-	coalesce(charge_id, ''), coalesce(failure_reason, ''), created_at, updated_at`
+const orderColumns = `o.id, o.status, o.customer_id, o.currency, o.payment_method, o.items, o.total,
+	coalesce(o.charge_id, ''), coalesce(o.failure_reason, ''), o.created_at, o.updated_at, coalesce(o.last_attempt_at, o.created_at)`
 
-// insertOrderWithKeyAndJob is the first write of the checkout flow: claim
-// the Idempotency-Key for lockFor (idempotency.ClaimSQL) and, only if it was
-// new, insert the order and its charge job, due at jobAt. One statement is
-// one round trip and one atomic unit — an order never exists without its key
-// and its job — where an explicit transaction with River's InsertTx took four
-// (BEGIN, order and key, job, COMMIT; see BenchmarkPlaceOrder). It returns
-// pgx.ErrNoRows when the key existed; then nothing was written. The job is
-// written 'scheduled', as InsertTx writes a job given a ScheduledAt.
+// insertOrderWithKey is the first write of the checkout flow, one statement
+// (one round trip, one atomic unit): claim the Idempotency-Key for lockFor
+// and, only if it was new, insert the order as pending. It fills in o's
+// timestamps and returns pgx.ErrNoRows when the key existed; then nothing
+// was written and the caller goes on with lookupKey.
 //
-// The key's foreign key to the order is checked at the end of the
-// statement, when both rows exist. Timestamps come from the application's
-// clock (see now).
-func insertOrderWithKeyAndJob(ctx context.Context, q querier, o *Order, key string, fingerprint []byte, lockFor time.Duration, jobAt time.Time) (jobID int64, err error) {
+// The pending order is the durable intent to charge: if this process dies
+// before settling it, the worker's sweep (internal/worker) gives every
+// pending order older than the longest request a charge job. No job row is
+// written here, so the common case — charged at once — never inserts and
+// deletes one.
+//
+// A concurrent claim of the same key waits on the key's primary key until
+// this statement's transaction ends, then finds the key taken: that wait is
+// what makes concurrent identical requests produce one order. The key's
+// foreign key to the order is checked at the end of the statement, when
+// both rows exist. Every timestamp is the database's clock, as are the
+// lock expiry, the sweep and key retention, so skew between replicas
+// cannot make the worker take over live requests early.
+func insertOrderWithKey(ctx context.Context, q Querier, o *Order, key string, fingerprint []byte, lockFor time.Duration) error {
 	items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
-	o.CreatedAt = now()
-	o.UpdatedAt = o.CreatedAt
-	job := newChargeJobRow(o.ID)
-	args := idempotency.ClaimArgs(key, fingerprint, o.ID, lockFor)
-	maps.Copy(args, pgx.NamedArgs{
-		"status": o.Status, "customer_id": o.CustomerID, "currency": o.Currency,
-		"payment_method": o.PaymentMethod, "items": items, "total": o.Total, "created_at": o.CreatedAt,
-		"job_args": job.args, "job_kind": job.kind, "job_max_attempts": job.maxAttempts,
-		"job_priority": job.priority, "job_queue": job.queue, "job_at": jobAt,
-		"job_unique_key": job.uniqueKey, "job_unique_states": job.uniqueStates,
-	})
-	err = q.QueryRow(ctx, `
-		WITH claimed AS (`+idempotency.ClaimSQL+`
-		), created AS (
-			INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
-			SELECT order_id, @status, @customer_id, @currency, @payment_method, @items, @total, @created_at, @created_at
-			FROM claimed
-			RETURNING id
+	err := q.QueryRow(ctx, `
+		WITH claimed AS (
+			INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
+			VALUES (@key, @fingerprint, @id, now() + make_interval(secs => @lock_seconds))
+			ON CONFLICT (key) DO NOTHING
+			RETURNING order_id
 		)
-		INSERT INTO river_job (args, kind, max_attempts, priority, queue, scheduled_at, state, unique_key, unique_states)
-		SELECT @job_args, @job_kind, @job_max_attempts, @job_priority, @job_queue, @job_at, 'scheduled',
-		       @job_unique_key, @job_unique_states::integer::bit(8)
-		FROM created
-		RETURNING id`, args).Scan(&jobID)
-	return jobID, err
+		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total,
+		                    created_at, updated_at, last_attempt_at)
+		SELECT order_id, @status, @customer_id, @currency, @payment_method, @items::text::jsonb, @total,
+		       now(), now(), now()
+		FROM claimed
+		RETURNING created_at`, pgx.NamedArgs{
+		"key": key, "fingerprint": fingerprint, "id": o.ID, "lock_seconds": lockFor.Seconds(),
+		"status": o.Status, "customer_id": o.CustomerID, "currency": o.Currency,
+		"payment_method": o.PaymentMethod, "items": string(items), "total": o.Total,
+	}).Scan(&o.CreatedAt)
+	o.CreatedAt = o.CreatedAt.UTC()
+	o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
+	return err
 }
 
-// now is the time as Postgres stores it (microseconds, UTC), so an order
-// rendered before it is written reads the same as after. Order timestamps
-// come from the application's clock everywhere (insert, settle, worker), so
-// an order's created_at and updated_at can never disagree through skew
-// between the app's and the database's clocks.
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+// keyClaim is what lookupKey found for a key seen before.
+type keyClaim struct {
+	state idempotency.State
+	order Order // set unless state is Mismatch, or InProgress before the order existed
+	// answer is the order as its first response showed it; set for Finished.
+	answer Order
+}
 
-// queueSettle queues the move of an unsettled order to o's status; it
-// changes nothing if the order is already paid or failed.
-func queueSettle(b *pgx.Batch, o Order) {
-	b.Queue(`
-		UPDATE orders
-		SET status = $2, charge_id = nullif($3, ''), failure_reason = nullif($4, ''), updated_at = $5
-		WHERE id = $1 AND status IN ('pending', 'pending_payment')`,
-		o.ID, o.Status, o.ChargeID, o.FailureReason, o.UpdatedAt)
+// lookupKey reads an existing key, with its order, inside tx and says what
+// this request may do with it. If the key's lock expired before an answer
+// was stored, the request takes it over (Resumed), locking it for lockFor.
+func lookupKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockFor time.Duration) (keyClaim, error) {
+	var (
+		storedFingerprint []byte
+		hasOrder, locked  bool
+		answeredStatus    *Status
+		answeredAt        *time.Time
+	)
+	row := tx.QueryRow(ctx, `
+		SELECT k.request_fingerprint, o.id IS NOT NULL, coalesce(k.locked_until > now(), false),
+		       o.answered_status, o.answered_at
+		FROM idempotency_keys k LEFT JOIN orders o ON o.id = k.order_id
+		WHERE k.key = $1
+		FOR UPDATE OF k`, key)
+	if err := row.Scan(&storedFingerprint, &hasOrder, &locked, &answeredStatus, &answeredAt); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The key was pruned between the claim and this read: it is
+			// older than the retention period, so this request is new.
+			return keyClaim{}, errKeyVanished
+		}
+		return keyClaim{}, fmt.Errorf("read idempotency key: %w", err)
+	}
+	var c keyClaim
+	switch {
+	case string(storedFingerprint) != string(fingerprint):
+		c.state = idempotency.Mismatch
+		return c, nil
+	case answeredStatus != nil:
+		c.state = idempotency.Finished
+	case locked:
+		c.state = idempotency.InProgress
+		return c, nil
+	case !hasOrder:
+		// Only a key claimed by an older release, before its order was
+		// written, can get here; there is nothing to resume.
+		return keyClaim{}, fmt.Errorf("idempotency key without an order")
+	default:
+		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $2) WHERE key = $1`,
+			key, lockFor.Seconds()); err != nil {
+			return keyClaim{}, fmt.Errorf("relock idempotency key: %w", err)
+		}
+		c.state = idempotency.Resumed
+	}
+	o, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o JOIN idempotency_keys k ON k.order_id = o.id WHERE k.key = $1`, key))
+	if err != nil {
+		return keyClaim{}, fmt.Errorf("load order of idempotency key: %w", err)
+	}
+	c.order = o
+	if answeredStatus != nil {
+		c.answer = asAnswered(o, *answeredStatus, *answeredAt)
+	}
+	return c, nil
+}
+
+// errKeyVanished: see lookupKey.
+var errKeyVanished = errors.New("idempotency key pruned while being claimed")
+
+// asAnswered is o as the response that stored answer showed it: that
+// response's status and update time, and only the fields of that status.
+// Everything else about an order is immutable once written, and a settled
+// order's charge or failure never changes, so this rebuilds the first
+// answer exactly.
+func asAnswered(o Order, status Status, at time.Time) Order {
+	o.Status, o.UpdatedAt = status, at.UTC()
+	if status != StatusPaid {
+		o.ChargeID = ""
+	}
+	if status != StatusPaymentFailed {
+		o.FailureReason = ""
+	}
+	return o
+}
+
+// releaseKey drops a key's lock without an answer, so the client's retry
+// with the same key resumes at once instead of waiting for the lock to
+// expire. Used when the outcome is not final (a 502/504 without fallback).
+func releaseKey(ctx context.Context, q Querier, key string) error {
+	if _, err := q.Exec(ctx, `UPDATE idempotency_keys SET locked_until = NULL WHERE key = $1`, key); err != nil {
+		return fmt.Errorf("release idempotency key: %w", err)
+	}
+	return nil
+}
+
+// settle applies s to the order if it is still unsettled — the API and the
+// worker may race to settle one order and the first one wins — and returns
+// the order as it then stands, with changed false if s was not applied.
+// With answer, it also records the order's resulting state as the answer of
+// the request that placed it, unless an answer is stored already (a request
+// that outlived its lock does not overwrite what a resumed one answered):
+// replays rebuild their response from it (asAnswered). It is one statement,
+// so the settle costs one round trip and commits on its own.
+//
+// The row is locked first (FOR UPDATE in the CTE), and the new state is
+// computed from what that lock read, so "still unsettled" is judged on the
+// latest version of the row, not on the statement's snapshot: a concurrent
+// settle is waited for, then seen.
+func settle(ctx context.Context, q Querier, id uuid.UUID, s Settlement, answer bool) (o Order, answered Order, changed bool, err error) {
+	var (
+		answeredStatus *Status
+		answeredAt     *time.Time
+	)
+	row := q.QueryRow(ctx, `
+		WITH cur AS (
+			SELECT id, status, updated_at, status IN `+unsettledSQL+` AS open
+			FROM orders WHERE id = @id FOR UPDATE
+		), next AS (
+			SELECT id, open,
+			       CASE WHEN open THEN @status ELSE status END AS status,
+			       CASE WHEN open THEN now() ELSE updated_at END AS updated_at
+			FROM cur
+		)
+		UPDATE orders o SET
+			status = next.status,
+			charge_id = CASE WHEN next.open THEN nullif(@charge_id, '') ELSE o.charge_id END,
+			failure_reason = CASE WHEN next.open THEN nullif(@failure_reason, '') ELSE o.failure_reason END,
+			updated_at = next.updated_at,
+			answered_status = CASE WHEN @answer AND o.answered_status IS NULL THEN next.status ELSE o.answered_status END,
+			answered_at = CASE WHEN @answer AND o.answered_status IS NULL THEN next.updated_at ELSE o.answered_at END
+		FROM next
+		WHERE o.id = next.id
+		RETURNING `+orderColumns+`, next.open, o.answered_status, o.answered_at`, pgx.NamedArgs{
+		"id": id, "status": s.Status, "charge_id": s.ChargeID, "failure_reason": s.FailureReason, "answer": answer,
+	})
+	o, err = scanOrder(row, &changed, &answeredStatus, &answeredAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, Order{}, false, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, Order{}, false, fmt.Errorf("settle order %s as %s: %w", id, s.Status, err)
+	}
+	if answeredStatus != nil {
+		answered = asAnswered(o, *answeredStatus, *answeredAt)
+	}
+	return o, answered, changed, nil
+}
+
+// Settle is settle for the worker: no request waits for the answer.
+func Settle(ctx context.Context, q Querier, id uuid.UUID, s Settlement) (o Order, changed bool, err error) {
+	o, _, changed, err = settle(ctx, q, id, s, false)
+	return o, changed, err
+}
+
+// MarkAttempt records, before a charge attempt, that one is being made, so
+// that a later lookup knows how long to wait before it may trust "no
+// charge" (see Resolve). The API's own attempt is recorded by the insert.
+func MarkAttempt(ctx context.Context, q Querier, id uuid.UUID) error {
+	if _, err := q.Exec(ctx, `UPDATE orders SET last_attempt_at = now() WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("record charge attempt of order %s: %w", id, err)
+	}
+	return nil
 }
 
 // Get loads an order.
-func Get(ctx context.Context, q querier, id uuid.UUID) (Order, error) {
-	o, err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id))
+func Get(ctx context.Context, q Querier, id uuid.UUID) (Order, error) {
+	o, err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, ErrNotFound
 	}
@@ -98,46 +248,83 @@ func Get(ctx context.Context, q querier, id uuid.UUID) (Order, error) {
 	return o, nil
 }
 
-// settlement is a transition to a new status.
-type settlement struct {
-	Status        Status
-	ChargeID      string // paid
-	FailureReason string // payment_failed
+// Unsettled returns up to limit orders in status whose last change is older
+// than olderThan on the database's clock and that have no live charge job,
+// oldest first: orders whose placing request died (pending) or whose job
+// vanished (pending_payment). The status filter uses orders_unsettled_idx.
+func Unsettled(ctx context.Context, q Querier, status Status, olderThan time.Duration, limit int) ([]uuid.UUID, error) {
+	rows, err := q.Query(ctx, `
+		SELECT o.id FROM orders o
+		WHERE o.status IN `+unsettledSQL+` AND o.status = $1
+		  AND o.updated_at < now() - make_interval(secs => $2)
+		  AND NOT EXISTS (
+			SELECT 1 FROM river_job j
+			WHERE j.kind = $3 AND j.args @> jsonb_build_object('order_id', o.id)
+			  AND j.state::text = ANY($4))
+		ORDER BY o.updated_at
+		LIMIT $5`, status, olderThan.Seconds(), ChargeArgs{}.Kind(), liveJobStates, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find %s orders without a charge job: %w", status, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("find %s orders without a charge job: %w", status, err)
+	}
+	return ids, nil
 }
 
-// transition moves a non-terminal order to s and returns the updated order.
-// It changes nothing when the order is already terminal — the API and the
-// worker may race to settle the same order, and the first one wins — and
-// then returns the order as it stands with changed false.
-func transition(ctx context.Context, q querier, id uuid.UUID, s settlement) (o Order, changed bool, err error) {
-	o, err = scanOrder(q.QueryRow(ctx, `
-		UPDATE orders
-		SET status = $2, charge_id = nullif($3, ''), failure_reason = nullif($4, ''), updated_at = $5
-		WHERE id = $1 AND status IN ('pending', 'pending_payment')
-		RETURNING `+orderColumns, id, s.Status, s.ChargeID, s.FailureReason, now()))
-	if err == nil {
-		return o, true, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, false, fmt.Errorf("settle order %s as %s: %w", id, s.Status, err)
-	}
-	o, err = Get(ctx, q, id)
-	return o, false, err
+// BacklogEntry is one unsettled status's share of the backlog.
+type BacklogEntry struct {
+	Status Status
+	Count  int64
+	Oldest time.Duration // age of the oldest order in Status; 0 when Count is 0
 }
 
-func scanOrder(row pgx.Row) (Order, error) {
+// Backlog counts the unsettled orders by status, with the age of the oldest
+// of each. It reads orders_unsettled_idx only, so its cost follows the
+// backlog, not the table. Every unsettled status is reported, zero or not.
+func Backlog(ctx context.Context, q Querier) ([]BacklogEntry, error) {
+	rows, err := q.Query(ctx, `
+		SELECT status, count(*), extract(epoch FROM now() - min(created_at))
+		FROM orders WHERE status IN `+unsettledSQL+`
+		GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("count unsettled orders: %w", err)
+	}
+	found := map[Status]BacklogEntry{}
+	var (
+		e   BacklogEntry
+		age float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&e.Status, &e.Count, &age}, func() error {
+		e.Oldest = time.Duration(age * float64(time.Second))
+		found[e.Status] = e
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count unsettled orders: %w", err)
+	}
+	backlog := make([]BacklogEntry, len(UnsettledStatuses))
+	for i, s := range UnsettledStatuses {
+		backlog[i] = found[s]
+		backlog[i].Status = s
+	}
+	return backlog, nil
+}
+
+// scanOrder reads orderColumns, then extra destinations in order.
+func scanOrder(row pgx.Row, extra ...any) (Order, error) {
 	var (
 		o     Order
 		items []byte
 	)
-	err := row.Scan(&o.ID, &o.Status, &o.CustomerID, &o.Currency, &o.PaymentMethod, &items, &o.Total,
-		&o.ChargeID, &o.FailureReason, &o.CreatedAt, &o.UpdatedAt)
-	if err != nil {
+	dest := append([]any{&o.ID, &o.Status, &o.CustomerID, &o.Currency, &o.PaymentMethod, &items, &o.Total,
+		&o.ChargeID, &o.FailureReason, &o.CreatedAt, &o.UpdatedAt, &o.LastAttemptAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return Order{}, err
 	}
 	if err := json.Unmarshal(items, &o.Items); err != nil {
 		return Order{}, fmt.Errorf("decode items of order %s: %w", o.ID, err)
 	}
-	o.CreatedAt, o.UpdatedAt = o.CreatedAt.UTC(), o.UpdatedAt.UTC()
+	o.CreatedAt, o.UpdatedAt, o.LastAttemptAt = o.CreatedAt.UTC(), o.UpdatedAt.UTC(), o.LastAttemptAt.UTC()
 	return o, nil
 }

@@ -78,11 +78,11 @@ func TestHealthPoolAnswersWhileAPIPoolSaturated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		api, err := NewPool("api", PoolConfig{Size: 2, MaxWait: time.Second}, m)
+		api, err := NewPool("api", PoolConfig{Size: 2, MaxWait: time.Second}, m, shed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		health, err := NewPool("health", DefaultHealthPool(), m)
+		health, err := NewPool("health", DefaultHealthPool(), m, shed)
 		if err != nil {
 			t.Fatal(err)
 		}

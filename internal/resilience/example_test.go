@@ -125,13 +125,19 @@ func ExamplePool_Middleware() {
 	if err != nil {
 		panic(err)
 	}
-	api, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics)
+	// A full pool answers with the service's own 503 (checkout: a problem
+	// document with Retry-After).
+	shed := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "at capacity", http.StatusServiceUnavailable)
+	}
+	api, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics, shed)
 	if err != nil {
 		panic(err)
 	}
 	health := api
 	if mode == resilience.ModeProtected {
-		if health, err = resilience.NewPool("health", resilience.DefaultHealthPool(), metrics); err != nil {
+		if health, err = resilience.NewPool("health", resilience.DefaultHealthPool(), metrics, shed); err != nil {
 			panic(err)
 		}
 	}

@@ -280,7 +280,7 @@ func TestTwoPoliciesShareOneRegistry(t *testing.T) {
 			t.Errorf("New(%q) = %v", name, err)
 		}
 	}
-	if _, err := NewPool("api", DefaultAPIPool(), m); err != nil {
+	if _, err := NewPool("api", DefaultAPIPool(), m, shed); err != nil {
 		t.Errorf("NewPool = %v", err)
 	}
 	if _, err := NewMetrics(reg); err == nil {

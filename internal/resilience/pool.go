@@ -14,26 +14,27 @@ import (
 // dependency holds every API slot, liveness probes still answer at once
 // and the orchestrator doesn't restart a process that is merely degraded.
 type Pool struct {
-	b *bulkhead
+	b    *bulkhead
+	full http.HandlerFunc
 }
 
-// NewPool builds the pool called name (the pool label of its metrics). A
-// nil m keeps the metrics unregistered.
-func NewPool(name string, cfg PoolConfig, m *Metrics) (*Pool, error) {
+// NewPool builds the pool called name (the pool label of its metrics). full
+// answers a request the pool sheds: the caller's 503, since how a service
+// words its errors is not this package's business. A nil m keeps the
+// metrics unregistered.
+func NewPool(name string, cfg PoolConfig, m *Metrics, full http.HandlerFunc) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pool %q: %w", name, err)
+	}
+	if full == nil {
+		return nil, fmt.Errorf("pool %q: no answer for shed requests", name)
 	}
 	if m == nil {
 		m, _ = NewMetrics(nil) // cannot fail without a registry
 	}
-	return &Pool{b: newBulkhead(cfg.Size, cfg.MaxWait,
+	return &Pool{full: full, b: newBulkhead(cfg.Size, cfg.MaxWait,
 		m.poolInUse.WithLabelValues(name), m.poolRejected.WithLabelValues(name))}, nil
 }
-
-// unavailable is the RFC 9457 body of the 503 a full pool answers with.
-// It is fixed, so writing it costs nothing while the server is saturated.
-const unavailable = `{"type":"about:blank","title":"Service Unavailable","status":503,` +
-	`"detail":"The server is at capacity. Retry after the time in the Retry-After header."}`
 
 // Middleware serves each request from a pool slot.
 func (p *Pool) Middleware(next http.Handler) http.Handler {
@@ -41,11 +42,7 @@ func (p *Pool) Middleware(next http.Handler) http.Handler {
 		if err := p.b.acquire(r.Context()); err != nil {
 			// Also when the client went away while queueing: nobody
 			// reads the answer, but a handler should still write one.
-			h := w.Header()
-			h.Set("Content-Type", "application/problem+json")
-			h.Set("Retry-After", "1")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(unavailable))
+			p.full(w, r)
 			return
 		}
 		defer p.b.release()

@@ -1,0 +1,96 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/resilientcheckout/checkout/internal/payment"
+)
+
+// Payer is what the order package needs from the payment provider's client.
+// In production it is the client behind the resilience stack
+// (payment.Protected); the API and the worker each have their own.
+type Payer interface {
+	Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error)
+	// FindCharges asks the provider which successful charges it holds for
+	// an order (the lookup by reference), oldest first. It answers from the
+	// provider's ledger, which outlives the provider's idempotency keys.
+	FindCharges(ctx context.Context, reference string) ([]payment.Receipt, error)
+	// RetryAfter is how long until the provider may be called again (the
+	// circuit breaker's remaining open time), 0 when it may be called now.
+	RetryAfter() time.Duration
+}
+
+// Settlement is a transition of an unsettled order to a new status.
+type Settlement struct {
+	Status        Status
+	ChargeID      string // paid
+	FailureReason string // payment_failed
+}
+
+// chargeRequest is what the provider is asked to charge for o. Its
+// reference is the order id, from which the provider idempotency key is
+// derived, so every attempt for one order — the API's, the worker's — is
+// the same request to the provider.
+func chargeRequest(o Order) payment.ChargeRequest {
+	return payment.ChargeRequest{
+		OrderID: o.ID.String(), Amount: o.Total, Currency: o.Currency, PaymentMethod: o.PaymentMethod,
+	}
+}
+
+// Charge makes one charge attempt for o through p and says how it settles
+// the order. This is the one decision table for charge outcomes; the API
+// flow and the worker both call it:
+//
+//   - charged → paid, naming the charge;
+//   - declined → payment_failed / card_declined;
+//   - the provider rejected our request itself (400/422: a bug on our side,
+//     retrying cannot help) → payment_failed / provider_rejected;
+//   - anything else (unavailable, timed out, refused by the breaker or the
+//     concurrency limit, ambiguous) → no settlement (ok false) and the
+//     error: the caller defers the order (API) or tries again later (worker).
+func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err error) {
+	receipt, err := p.Charge(ctx, chargeRequest(o))
+	switch {
+	case err == nil:
+		return Settlement{Status: StatusPaid, ChargeID: receipt.ChargeID}, true, nil
+	case payment.IsDeclined(err):
+		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonCardDeclined}, true, err
+	case errors.Is(err, payment.ErrPermanent):
+		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderRejected}, true, err
+	}
+	return Settlement{}, false, err
+}
+
+// Resolve settles o from the provider's own record instead of charging it:
+// the lookup by reference turns an unknown outcome into a certain one. A
+// charge found → paid (the oldest charge, the one the idempotency key made);
+// none → payment_failed / provider_unavailable, the only way an order fails
+// for want of a provider (DESIGN.md invariant 7: never while the provider
+// holds a charge for it). A lookup error settles nothing.
+//
+// The caller must make sure no attempt for o can still be in flight at the
+// provider, or "none" could be overtaken by a charge that lands later.
+func Resolve(ctx context.Context, p Payer, o Order) (Settlement, error) {
+	charges, err := p.FindCharges(ctx, o.ID.String())
+	if err != nil {
+		return Settlement{}, err
+	}
+	if len(charges) == 0 {
+		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderUnavailable}, nil
+	}
+	return Settlement{Status: StatusPaid, ChargeID: charges[0].ChargeID}, nil
+}
+
+// MayCharge reports whether o may still be charged at now, given how long
+// the provider remembers idempotency keys (keyRetention): a charge sent
+// after the provider forgot the order's key would be a second charge if an
+// earlier attempt went through (DESIGN.md invariant 8). The order's
+// creation stands in for its first attempt — no attempt precedes it, so it
+// errs on the early side — and a tenth of the retention is kept as a margin
+// for clock skew between the provider, the database and this process. An
+// order past that is resolved by lookup (Resolve), never charged again.
+func MayCharge(o Order, keyRetention time.Duration, now time.Time) bool {
+	return now.Sub(o.CreatedAt) < keyRetention-keyRetention/10
+}

@@ -1,0 +1,256 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payment"
+)
+
+// ChargeWorker runs charge_order jobs: it charges orders the API could not
+// charge synchronously (pending_payment) and orders whose API process died
+// mid-request (pending, given a job by the sweep), through a Payer of its
+// own — its own breaker and concurrency limit, so the worker's recovery
+// traffic and the API's live traffic cannot starve each other.
+//
+// Outcomes (the decision table itself is order.Charge):
+//   - paid or declined: the order is settled and the job completed in one
+//     transaction (river.JobCompleteTx); if a crash separated the two, the
+//     job's next run would find the order settled.
+//   - breaker open or limit full: the job snoozes until the breaker will
+//     let a probe through. Snoozing does not use an attempt, so an outage of
+//     any length never exhausts a job.
+//   - transient failure: the error goes back to River, which retries on
+//     NextRetry's schedule.
+//   - after GiveUpAfter attempts, or once the order is too old to charge
+//     under a key the provider still remembers (order.MayCharge), the
+//     worker stops charging and asks the provider what it holds for the
+//     order (order.Resolve): a charge → paid; none → payment_failed with
+//     reason provider_unavailable. That "none" is only trusted once the
+//     last attempt is LookupAfter old, so no attempt can still be in flight
+//     at the provider. While the lookup fails too, the job keeps snoozing,
+//     logged and counted as unresolved.
+//
+// An order therefore never fails while the provider holds a charge for it,
+// and no charge is sent under a key the provider may have forgotten
+// (DESIGN.md invariants 7 and 8).
+type ChargeWorker struct {
+	river.WorkerDefaults[order.ChargeArgs]
+
+	db      *pgxpool.Pool
+	payer   order.Payer
+	policy  ChargePolicy
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+// ChargePolicy is when the worker stops charging an order.
+type ChargePolicy struct {
+	// GiveUpAfter is the attempt from which the worker resolves the order
+	// by lookup instead of charging it again.
+	GiveUpAfter int
+	// KeyRetention is how long the provider remembers an idempotency key
+	// (PROVIDER_KEY_RETENTION).
+	KeyRetention time.Duration
+	// LookupAfter is how long after the last attempt began a lookup's "no
+	// charge" is trusted: longer than the provider may take to finish a
+	// request it received.
+	LookupAfter time.Duration
+}
+
+// DefaultChargePolicy: 20 attempts on NextRetry's schedule span one to two
+// hours; Stripe keeps keys 24 h; a provider finishes a request within a
+// minute or not at all (the simulator's hang lasts 10 s by default).
+func DefaultChargePolicy() ChargePolicy {
+	return ChargePolicy{GiveUpAfter: 20, KeyRetention: 24 * time.Hour, LookupAfter: time.Minute}
+}
+
+// NewChargeWorker returns the worker River runs for charge_order jobs.
+func NewChargeWorker(db *pgxpool.Pool, payer order.Payer, policy ChargePolicy, metrics *Metrics, log *slog.Logger) *ChargeWorker {
+	return &ChargeWorker{db: db, payer: payer, policy: policy, metrics: metrics, log: log}
+}
+
+// Job outcomes, the values of the outcome label of checkout_charge_jobs_total.
+const (
+	jobPaid           = "paid"
+	jobDeclined       = "declined"
+	jobRejected       = "rejected"        // the provider refused the request itself (our bug)
+	jobAlreadySettled = "already_settled" // the API settled the order first
+	jobSnoozed        = "snoozed"         // breaker open or limit full
+	jobRetried        = "retried"         // a failure River retries
+	jobResolved       = "resolved"        // settled paid from the provider's lookup
+	jobExhausted      = "exhausted"       // failed: the lookup says the provider holds no charge
+	jobUnresolved     = "unresolved"      // past giving up, and the lookup failed too: asked again later
+	jobInterrupted    = "interrupted"     // shutdown cancelled the run; it runs again at once
+)
+
+// Timeout bounds one run of the job. The worker's policy makes a single
+// attempt (River does the retrying), so the provider call takes at most the
+// attempt timeout; 30 s leaves ample room for the short transactions even
+// on a slow database, and RescueStuckJobsAfter must exceed it.
+func (w *ChargeWorker) Timeout(*river.Job[order.ChargeArgs]) time.Duration { return ChargeJobTimeout }
+
+// ChargeJobTimeout is the charge_order job timeout (see Timeout).
+const ChargeJobTimeout = 30 * time.Second
+
+// NextRetry spaces retries after transient failures: exponential from 1 s,
+// capped at 10 min, with "equal jitter" (half fixed, half random) so jobs
+// that failed together do not return together, yet never retry sooner than
+// half the step. Up to the default GiveUpAfter of 20 the schedule spans one
+// to two hours: 1, 2, 4 … 512 s (9–17 min in all), then nine retries 5–10
+// min apart.
+func (w *ChargeWorker) NextRetry(job *river.Job[order.ChargeArgs]) time.Time {
+	return time.Now().Add(retryDelay(job.Attempt))
+}
+
+// retryCeiling is the longest wait between retries, also the pace at which
+// an unresolved order keeps asking the provider.
+const retryCeiling = 10 * time.Minute
+
+func retryDelay(attempt int) time.Duration {
+	const base, ceiling = time.Second, retryCeiling
+	d := ceiling
+	if attempt <= 10 {
+		d = min(ceiling, base<<max(0, attempt-1))
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// Work charges or resolves one order. It decides what River does with the
+// job: past GiveUpAfter no error goes back to River, which would count it
+// towards the job's attempt limit; the job of an unsettled order must never
+// be discarded.
+func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[order.ChargeArgs]) error {
+	err := w.work(ctx, job)
+	var snooze *river.JobSnoozeError
+	var cancel *river.JobCancelError
+	switch {
+	case err == nil, errors.As(err, &snooze), errors.As(err, &cancel):
+		return err
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Shutdown cancelled the run (StopAndCancel): run it again as soon
+		// as a worker starts, without spending an attempt.
+		w.metrics.jobs.WithLabelValues(jobInterrupted).Inc()
+		return river.JobSnooze(0)
+	case job.Attempt < w.policy.GiveUpAfter:
+		w.metrics.jobs.WithLabelValues(jobRetried).Inc()
+		return err
+	}
+	w.log.ErrorContext(ctx, "order unresolved after giving up on charging it; asking the provider again later",
+		"order_id", job.Args.OrderID, "attempts", job.Attempt, "err", err)
+	w.metrics.jobs.WithLabelValues(jobUnresolved).Inc()
+	return river.JobSnooze(retryCeiling)
+}
+
+func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs]) error {
+	o, err := order.Get(ctx, w.db, job.Args.OrderID)
+	if errors.Is(err, order.ErrNotFound) {
+		// Jobs are only inserted for orders that exist, so this is
+		// impossible unless someone deleted the row: nothing to charge.
+		w.log.ErrorContext(ctx, "charge job for a missing order", "order_id", job.Args.OrderID, "job_id", job.ID)
+		return river.JobCancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	if o.Status.Terminal() {
+		w.metrics.jobs.WithLabelValues(jobAlreadySettled).Inc()
+		return nil
+	}
+	if wait := w.payer.RetryAfter(); wait > 0 {
+		return w.snooze(ctx, o, wait)
+	}
+	if job.Attempt >= w.policy.GiveUpAfter || !order.MayCharge(o, w.policy.KeyRetention, time.Now()) {
+		return w.resolve(ctx, job, o)
+	}
+
+	// Recorded before the call, so that a later lookup knows how long to
+	// wait for this attempt to finish at the provider.
+	if err := order.MarkAttempt(ctx, w.db, o.ID); err != nil {
+		return err
+	}
+	to, settled, err := order.Charge(ctx, w.payer, o)
+	switch {
+	case settled:
+		outcome := jobPaid
+		switch to.FailureReason {
+		case order.ReasonCardDeclined:
+			outcome = jobDeclined
+		case order.ReasonProviderRejected:
+			outcome = jobRejected
+			w.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
+		}
+		return w.settle(ctx, job, to, outcome)
+	case payment.IsRefused(err):
+		return w.snooze(ctx, o, w.payer.RetryAfter())
+	}
+	return fmt.Errorf("charge order %s, attempt %d: %w", o.ID, job.Attempt, err)
+}
+
+// resolve settles o from the provider's lookup instead of charging it.
+func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeArgs], o order.Order) error {
+	if wait := time.Until(o.LastAttemptAt.Add(w.policy.LookupAfter)); wait > 0 {
+		// An attempt may still be in flight at the provider; a lookup now
+		// could say "no charge" just before it lands.
+		return river.JobSnooze(wait)
+	}
+	to, err := order.Resolve(ctx, w.payer, o)
+	if payment.IsRefused(err) {
+		return w.snooze(ctx, o, w.payer.RetryAfter())
+	}
+	if err != nil {
+		return fmt.Errorf("look up charges of order %s: %w", o.ID, err)
+	}
+	outcome := jobResolved
+	if to.Status == order.StatusPaymentFailed {
+		outcome = jobExhausted
+		w.log.ErrorContext(ctx, "order failed: the provider holds no charge for it after every attempt",
+			"order_id", o.ID, "attempts", job.Attempt, "created_at", o.CreatedAt)
+	}
+	return w.settle(ctx, job, to, outcome)
+}
+
+// snooze reschedules the job without using an attempt. The floor keeps a
+// half-open breaker's rejected callers from spinning; the jitter spreads a
+// backlog's jobs so the breaker's probes are not followed by a stampede.
+func (w *ChargeWorker) snooze(ctx context.Context, o order.Order, wait time.Duration) error {
+	wait = max(wait, 250*time.Millisecond)
+	wait += rand.N(wait/2 + 1)
+	w.metrics.jobs.WithLabelValues(jobSnoozed).Inc()
+	w.log.DebugContext(ctx, "provider unavailable, snoozing charge", "order_id", o.ID, "snooze", wait)
+	return river.JobSnooze(wait)
+}
+
+// settle moves the order to its final state and completes the job in one
+// transaction.
+func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], to order.Settlement, outcome string) error {
+	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
+		o, changed, err := order.Settle(ctx, tx, job.Args.OrderID, to)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			outcome = jobAlreadySettled
+		}
+		if o.Status == order.StatusPaymentFailed && changed {
+			w.metrics.failed.WithLabelValues(o.FailureReason).Inc()
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("settle order %s: %w", job.Args.OrderID, err)
+	}
+	w.metrics.jobs.WithLabelValues(outcome).Inc()
+	return nil
+}
