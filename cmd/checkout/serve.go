@@ -14,6 +14,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -39,7 +40,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	payer, err := payment.NewProtectedClient("payment", cfg.PaymentURL, cfg.Resilience, resilienceMetrics, logger)
+	provider, err := payment.NewProtectedClient("payment", cfg.PaymentURL, cfg.Resilience, resilienceMetrics, logger)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		Logger:     logger,
 		Registry:   reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, payer, jobs, cfg.Orders, logger),
+		Orders:     order.NewService(pool, payer.New(provider), jobs, cfg.Orders, logger),
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool,
 		HealthPool: healthPool,
@@ -89,9 +90,6 @@ func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.
 	}
 	return business.Middleware, probes.Middleware, nil
 }
-
-// Compile-time check that the wiring's payer fits the order package.
-var _ order.Payer = (*payment.Protected)(nil)
 
 // redacted is a URL fit for logs: credentials in it are masked.
 func redacted(raw string) string {

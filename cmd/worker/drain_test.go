@@ -17,6 +17,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
+	orderPayer "github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/proctest"
@@ -113,7 +114,7 @@ func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := newOrderService(t, db, payer)
+	svc := newOrderService(t, db, orderPayer.New(payer))
 	req := order.PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}}}
 	for i := range n {

@@ -16,6 +16,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/observability/obstest"
 	"github.com/resilientcheckout/checkout/internal/order"
+	orderPayer "github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/proctest"
@@ -47,7 +48,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := newOrderService(t, db, payer)
+	svc := newOrderService(t, db, orderPayer.New(payer))
 	res, err := svc.Place(t.Context(), "metrics-1", order.PlaceRequest{
 		CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_chargeDeclined",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}},

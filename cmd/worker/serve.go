@@ -9,6 +9,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
+	"github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -31,11 +32,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	payer, err := payment.NewProtectedClient("payment-worker", cfg.PaymentURL, cfg.Resilience, rm, logger)
+	provider, err := payment.NewProtectedClient("payment-worker", cfg.PaymentURL, cfg.Resilience, rm, logger)
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(pool, payer, cfg.Worker, reg, logger)
+	w, err := worker.New(pool, payer.New(provider), cfg.Worker, reg, logger)
 	if err != nil {
 		return err
 	}

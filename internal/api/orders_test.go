@@ -3,15 +3,15 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"github.com/google/uuid"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
@@ -353,7 +353,7 @@ type dyingPayer struct {
 	end           <-chan struct{}
 }
 
-func (p *dyingPayer) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error) {
+func (p *dyingPayer) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {
 	p.mu.Lock()
 	first := !p.died
 	p.died = true
@@ -366,7 +366,7 @@ func (p *dyingPayer) Charge(ctx context.Context, req payment.ChargeRequest) (pay
 	}
 	close(p.dead)
 	<-p.end
-	return payment.Receipt{}, context.Canceled
+	return order.Receipt{}, context.Canceled
 }
 
 func TestRequestDyingAfterTheFirstWrite(t *testing.T) {

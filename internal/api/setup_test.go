@@ -24,6 +24,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
+	payerpkg "github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -107,7 +108,7 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.CloseIdleConnections)
-	var payer order.Payer = payment.NewProtected(client, b.policy)
+	var payer order.Payer = payerpkg.New(payment.NewProtected(client, b.policy))
 	if opts.wrapPayer != nil {
 		payer = opts.wrapPayer(payer)
 	}

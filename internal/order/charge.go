@@ -4,23 +4,54 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/resilientcheckout/checkout/internal/payment"
 )
 
-// Payer is what the order package needs from the payment provider's client.
-// In production it is the client behind the resilience stack
-// (payment.Protected); the API and the worker each have their own.
+// Payer is the payment provider as the order package needs it: the port
+// internal/payer adapts the protected payment client to, so this package
+// knows no HTTP. The API and the worker each have their own.
 type Payer interface {
-	Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error)
+	// Charge charges req once. Its errors carry ErrDeclined, ErrRejected
+	// or ErrRefused (errors.Is) when they mean that; any other error is
+	// an unknown outcome: the provider may or may not hold the charge.
+	Charge(ctx context.Context, req ChargeRequest) (Receipt, error)
 	// FindCharges asks the provider which successful charges it holds for
-	// an order (the lookup by reference), oldest first. It answers from the
+	// a reference (the lookup), oldest first. It answers from the
 	// provider's ledger, which outlives the provider's idempotency keys.
-	FindCharges(ctx context.Context, reference string) ([]payment.Receipt, error)
+	FindCharges(ctx context.Context, reference string) ([]Receipt, error)
 	// RetryAfter is how long until the provider may be called again (the
 	// circuit breaker's remaining open time), 0 when it may be called now.
 	RetryAfter() time.Duration
 }
+
+// ChargeRequest is one charge of an order. Reference is the order id, from
+// which the provider idempotency key is derived.
+type ChargeRequest struct {
+	Reference     string
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+}
+
+// Receipt is a successful charge.
+type Receipt struct {
+	ChargeID string
+	// Replayed: the provider answered from its record of an earlier
+	// attempt with the same key.
+	Replayed bool
+}
+
+// The kinds of a Payer's errors that are certain.
+var (
+	// ErrDeclined: the provider declined the payment (a business outcome).
+	ErrDeclined = errors.New("payment declined")
+	// ErrRejected: the provider rejected the request itself (400/422: a
+	// bug on our side); retrying cannot help, and nothing was charged.
+	ErrRejected = errors.New("charge request rejected by the provider")
+	// ErrRefused: the protection stack turned the call away without
+	// reaching the provider (breaker open, concurrency limit full); it is
+	// worth trying again once RetryAfter has passed.
+	ErrRefused = errors.New("provider call refused by its circuit breaker or limit")
+)
 
 // Settlement is a transition of an unsettled order to a new status.
 type Settlement struct {
@@ -33,9 +64,9 @@ type Settlement struct {
 // reference is the order id, from which the provider idempotency key is
 // derived, so every attempt for one order — the API's, the worker's — is
 // the same request to the provider.
-func chargeRequest(o Order) payment.ChargeRequest {
-	return payment.ChargeRequest{
-		OrderID: o.ID.String(), Amount: o.Total, Currency: o.Currency, PaymentMethod: o.PaymentMethod,
+func chargeRequest(o Order) ChargeRequest {
+	return ChargeRequest{
+		Reference: o.ID.String(), Amount: o.Total, Currency: o.Currency, PaymentMethod: o.PaymentMethod,
 	}
 }
 
@@ -55,9 +86,9 @@ func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err 
 	switch {
 	case err == nil:
 		return Settlement{Status: StatusPaid, ChargeID: receipt.ChargeID}, true, nil
-	case payment.IsDeclined(err):
+	case errors.Is(err, ErrDeclined):
 		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonCardDeclined}, true, err
-	case errors.Is(err, payment.ErrPermanent):
+	case errors.Is(err, ErrRejected):
 		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderRejected}, true, err
 	}
 	return Settlement{}, false, err

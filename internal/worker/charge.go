@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payment"
 )
 
 // ChargeWorker runs charge_order jobs: it charges orders the API could not
@@ -191,7 +190,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 			w.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
 		}
 		return w.settle(ctx, job, to, outcome)
-	case payment.IsRefused(err):
+	case errors.Is(err, order.ErrRefused):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	}
 	return fmt.Errorf("charge order %s, attempt %d: %w", o.ID, job.Attempt, err)
@@ -205,7 +204,7 @@ func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeA
 		return river.JobSnooze(wait)
 	}
 	to, err := order.Resolve(ctx, w.payer, o)
-	if payment.IsRefused(err) {
+	if errors.Is(err, order.ErrRefused) {
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
@@ -34,7 +35,7 @@ type workerBundle struct {
 	reg     *prometheus.Registry
 	metrics *Metrics
 	sweeper *Sweeper
-	payer   *payment.Protected
+	payer   order.Payer
 	policy  ChargePolicy
 }
 
@@ -54,10 +55,18 @@ func setupWorker(t *testing.T) *workerBundle {
 	b.policy.LookupAfter = 500 * time.Millisecond // the simulator finishes a charge at once
 	cfg := resilience.DefaultConfig()
 	cfg.MaxAttempts = 1 // as in cmd/worker: River does the retrying
-	if b.payer, err = payment.NewProtectedClient("payment-worker", b.sim.URL, cfg, nil, slog.New(slog.DiscardHandler)); err != nil {
+	b.payer = newPayer(t, b.sim.URL, cfg)
+	return b
+}
+
+// newPayer is the worker's protected payment client, as cmd/worker wires it.
+func newPayer(t *testing.T, url string, cfg resilience.Config) order.Payer {
+	t.Helper()
+	client, err := payment.NewProtectedClient("payment-worker", url, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return payer.New(client)
 }
 
 // start runs a River client with the charge worker until the test ends;
@@ -220,10 +229,10 @@ type crashAfterCharge struct {
 	replayed atomic.Bool
 }
 
-func (c *crashAfterCharge) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Receipt, error) {
+func (c *crashAfterCharge) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {
 	receipt, err := c.Payer.Charge(ctx, req)
 	if c.calls.Add(1) == 1 && err == nil {
-		return payment.Receipt{}, fmt.Errorf("worker killed before commit: %w", context.Canceled)
+		return order.Receipt{}, fmt.Errorf("worker killed before commit: %w", context.Canceled)
 	}
 	c.replayed.Store(receipt.Replayed)
 	return receipt, err
@@ -301,8 +310,8 @@ func TestWorkerSnoozesWhileBreakerOpen(t *testing.T) {
 // answers, as a provider's read path often survives its write path.
 type chargesRefused struct{ order.Payer }
 
-func (chargesRefused) Charge(context.Context, payment.ChargeRequest) (payment.Receipt, error) {
-	return payment.Receipt{}, &payment.Error{Kind: payment.ErrTransient, Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}
+func (chargesRefused) Charge(context.Context, order.ChargeRequest) (order.Receipt, error) {
+	return order.Receipt{}, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 }
 
 // TestWorkerFailsOrderOnlyWhenTheProviderHoldsNoCharge: giving up fails the
@@ -366,9 +375,7 @@ func TestWorkerNeverChargesUnderAForgottenKey(t *testing.T) {
 	b := setupWorker(t)
 	b.sim = simtest.StartConfig(t, paymentsim.Config{LedgerCap: 3})
 	var err error
-	if b.payer, err = payment.NewProtectedClient("payment-worker", b.sim.URL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	b.payer = newPayer(t, b.sim.URL, resilience.DefaultConfig())
 	b.policy.KeyRetention = time.Second // every order below is older than that
 	id := b.pendingOrder(t, "pm_card_visa", nil)
 	o, err := order.Get(context.Background(), b.db, id)
