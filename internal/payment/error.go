@@ -36,6 +36,7 @@ type Error struct {
 	Err error
 
 	lookup bool // the error of a lookup (FindCharges), not of a charge attempt
+	conns  int  // connections the transport handed the charge request; see NotCharged
 }
 
 func (e *Error) Error() string {
@@ -106,16 +107,22 @@ func lookupKindOf(status int) error {
 	}
 }
 
-// NotCharged reports whether a failed charge attempt certainly did not
-// charge: the connection was never made, or the provider said it did not
-// process the request (429 rate limited, 503 unavailable), or it declined or
-// rejected it. Any other failure — a timeout, a reset or lost response, a
-// 409 (the same key still in flight), a 500 — is ambiguous: the provider may
-// hold a charge, which only a retry with the same key can reveal. An error of
-// FindCharges is never NotCharged: a failed lookup proves nothing.
+// NotCharged reports whether a failed charge attempt certainly did not charge, which only
+// these prove: the provider declined (402) or rejected (400, 422) the request, or said it did
+// not process it (429 rate limited, 503 unavailable), or the connection could not even be
+// made and no connection had been handed to the request before, so not a byte of it can have
+// reached the provider.
+//
+// Anything else is ambiguous and NotCharged is false: a timeout, a reset or lost response, a
+// 409 (the same key still in flight), a 500, a 2xx that does not match the request, a dial
+// error after the transport had already had a connection for the request (net/http may
+// re-send a request by itself, and the first send may have charged), and any answer to a
+// request the transport sent more than once. The provider may then hold a charge; a retry
+// with the same key, or FindCharges, can tell. An error of FindCharges is never NotCharged:
+// a failed lookup proves nothing.
 func NotCharged(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || e.lookup {
+	if !errors.As(err, &e) || e.lookup || e.conns > 1 {
 		return false
 	}
 	switch {
@@ -125,5 +132,5 @@ func NotCharged(err error) bool {
 		return true
 	}
 	var opErr *net.OpError
-	return e.StatusCode == 0 && errors.As(e.Err, &opErr) && opErr.Op == "dial"
+	return e.StatusCode == 0 && e.conns == 0 && errors.As(e.Err, &opErr) && opErr.Op == "dial"
 }

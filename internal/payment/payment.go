@@ -17,7 +17,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"sync/atomic"
 	"time"
 )
 
@@ -104,10 +106,13 @@ func newTransport(cfg Config) *http.Transport {
 		ForceAttemptHTTP2: true,
 		// Calls beyond MaxConnsPerHost wait for a connection (bounded by their context) rather
 		// than opening more: the provider never sees more concurrency than the bulkhead allows.
-		MaxConnsPerHost:       maxConns,
-		MaxIdleConns:          maxIdle,
-		MaxIdleConnsPerHost:   maxIdle,
-		IdleConnTimeout:       90 * time.Second,
+		MaxConnsPerHost:     maxConns,
+		MaxIdleConns:        maxIdle,
+		MaxIdleConnsPerHost: maxIdle,
+		// Below the provider's own idle timeout (60 s for the simulator, commonly 60–75 s), so
+		// idle connections are closed by us, not under a request going out: charges are not
+		// re-sent by the transport (see newRequest), so that race would fail the attempt.
+		IdleConnTimeout:       30 * time.Second,
 		TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 	}
@@ -172,12 +177,24 @@ type chargeResult struct {
 }
 
 func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
+	// Count the connections the transport hands this request: once it has had one, some of
+	// the request may have reached the provider, and no later error proves otherwise.
+	var conns atomic.Int32
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { conns.Add(1) },
+	})
+	receipt, err := c.chargeOnce(ctx, req)
+	if e, ok := errors.AsType[*Error](err); ok {
+		e.conns = int(conns.Load())
+	}
+	return receipt, err
+}
+
+func (c *Client) chargeOnce(ctx context.Context, req ChargeRequest) (Receipt, error) {
 	httpReq, err := c.newRequest(ctx, req)
 	if err != nil {
 		return Receipt{}, &Error{Kind: ErrPermanent, Err: err}
 	}
-	// Note: net/http may resend a request carrying an Idempotency-Key once by itself when a
-	// reused keep-alive connection turns out to be closed; the key makes that safe.
 	resp, body, err := c.send(httpReq)
 	if err != nil {
 		return Receipt{}, err
@@ -224,6 +241,13 @@ func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Reque
 	httpReq.Header.Set("Content-Type", "application/json")
 	httpReq.Header.Set("Accept", "application/json")
 	httpReq.Header.Set("Idempotency-Key", IdempotencyKey(req.OrderID))
+	// net/http's Transport re-sends a request carrying an Idempotency-Key by itself when a
+	// reused keep-alive connection breaks before the answer, even after the request was
+	// written — provided it can rewind the body, which GetBody allows. The first send may have
+	// charged; the caller would then see only the re-send's outcome, e.g. a dial error that
+	// looks like "nothing was sent". Without GetBody the Transport re-sends nothing it has
+	// begun to write, and every attempt is the resilience stack's decision, visible to it.
+	httpReq.GetBody = nil
 	return httpReq, nil
 }
 
