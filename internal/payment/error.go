@@ -17,11 +17,34 @@ var (
 	// Retrying cannot help; it means a bug or misconfiguration on our side.
 	ErrPermanent = errors.New("payment request rejected")
 	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
-	// connection error, unreadable response). Retrying with the same key is safe and may
-	// succeed; it counts as a breaker failure. A caller's own cancellation is transient too;
+	// connection error, unreadable response), or answered with a charge that is not the
+	// one requested (ReceiptMismatchError). The outcome is not final: retrying with the same
+	// key is safe and may succeed, it counts as a breaker failure, and NotCharged tells
+	// whether the provider may hold a charge. A caller's own cancellation is transient too;
 	// tell it apart with errors.Is(err, context.Canceled).
 	ErrTransient = errors.New("payment provider unavailable")
 )
+
+// ReceiptMismatchError is the cause (Error.Err, under ErrTransient) of a charge attempt the
+// provider answered 2xx with a succeeded charge for another amount, currency or reference
+// than requested: a key collision or a provider bug. The provider reports that it holds a
+// charge, so the order is neither paid by it nor certainly unpaid (NotCharged is false): it
+// must not be settled either way on this answer. Another attempt with the same key most
+// likely replays the same answer; the charge needs looking into (FindCharges lists what the
+// provider holds for the order, with its amounts).
+type ReceiptMismatchError struct {
+	// ChargeID is the provider's id of the charge it reported.
+	ChargeID string
+	// Want is what the attempt asked for; Got is what the provider reported.
+	WantAmount, GotAmount       int64
+	WantCurrency, GotCurrency   string
+	WantReference, GotReference string
+}
+
+func (e *ReceiptMismatchError) Error() string {
+	return fmt.Sprintf("provider reported charge %s for %d %s (reference %q), not the requested %d %s (reference %q)",
+		e.ChargeID, e.GotAmount, e.GotCurrency, e.GotReference, e.WantAmount, e.WantCurrency, e.WantReference)
+}
 
 // Error describes a failed charge attempt.
 type Error struct {
@@ -114,12 +137,12 @@ func lookupKindOf(status int) error {
 // reached the provider.
 //
 // Anything else is ambiguous and NotCharged is false: a timeout, a reset or lost response, a
-// 409 (the same key still in flight), a 500, a 2xx that does not match the request, a dial
-// error after the transport had already had a connection for the request (net/http may
-// re-send a request by itself, and the first send may have charged), and any answer to a
-// request the transport sent more than once. The provider may then hold a charge; a retry
-// with the same key, or FindCharges, can tell. An error of FindCharges is never NotCharged:
-// a failed lookup proves nothing.
+// 409 (the same key still in flight), a 500, a 2xx that does not match the request
+// (ReceiptMismatchError), a dial error after the transport had already had a connection for
+// the request (net/http may re-send a request by itself, and the first send may have
+// charged), and any answer to a request the transport sent more than once. The provider may
+// then hold a charge; a retry with the same key, or FindCharges, can tell. An error of
+// FindCharges is never NotCharged: a failed lookup proves nothing.
 func NotCharged(err error) bool {
 	var e *Error
 	if !errors.As(err, &e) || e.lookup || e.conns > 1 {

@@ -253,8 +253,9 @@ func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Reque
 
 // parseReceipt reads a 2xx body. One that is not a succeeded charge is treated as provider
 // trouble (transient): retrying with the same key replays the provider's real answer. A
-// succeeded charge for another amount, currency or reference is never taken as payment: it
-// means a key collision or a provider bug, which retrying cannot fix.
+// succeeded charge for another amount, currency or reference is never taken as payment
+// either, and it is no rejection of our request: the provider reports a charge, which a key
+// collision or a provider bug put there, so the outcome is unknown (ReceiptMismatchError).
 func parseReceipt(resp *http.Response, body []byte, req ChargeRequest) (Receipt, error) {
 	var res chargeResult
 	if err := json.Unmarshal(body, &res); err != nil {
@@ -265,9 +266,15 @@ func parseReceipt(resp *http.Response, body []byte, req ChargeRequest) (Receipt,
 			Err: fmt.Errorf("unexpected charge id %q with status %q", res.ID, res.Status)}
 	}
 	if res.Amount != req.Amount || res.Currency != req.Currency || res.Reference != req.OrderID {
-		return Receipt{}, &Error{Kind: ErrPermanent, StatusCode: resp.StatusCode,
-			Err: fmt.Errorf("charge %s is for %d %s (reference %q), not the requested %d %s (reference %q)",
-				res.ID, res.Amount, res.Currency, res.Reference, req.Amount, req.Currency, req.OrderID)}
+		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: &ReceiptMismatchError{
+			ChargeID:      res.ID,
+			WantAmount:    req.Amount,
+			WantCurrency:  req.Currency,
+			WantReference: req.OrderID,
+			GotAmount:     res.Amount,
+			GotCurrency:   res.Currency,
+			GotReference:  res.Reference,
+		}}
 	}
 	return Receipt{
 		ChargeID: res.ID,

@@ -141,4 +141,3 @@ func (rt rewindable) RoundTrip(req *http.Request) (*http.Response, error) {
 	req.Body, _ = req.GetBody()
 	return rt.next.RoundTrip(req)
 }
-
