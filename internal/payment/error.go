@@ -8,13 +8,15 @@ import (
 	"net/http"
 )
 
-// The kinds of failed charge. Every error from Charge matches exactly one with errors.Is.
+// The kinds of failure. Every error from Charge and FindCharges matches exactly one with
+// errors.Is (a lookup is never ErrDeclined).
 var (
 	// ErrDeclined: the provider refused the payment (402). A final business outcome, not a
 	// provider failure: never retry it and never count it against the circuit breaker.
 	ErrDeclined = errors.New("payment declined")
-	// ErrPermanent: the provider rejected the request itself (400, 422, other 4xx, a redirect).
-	// Retrying cannot help; it means a bug or misconfiguration on our side.
+	// ErrPermanent: the provider rejected the request itself (400, 422), or it could not be
+	// built. Retrying cannot help; it means a bug on our side. Other 4xx answers and
+	// redirects are ErrTransient (see kindOf).
 	ErrPermanent = errors.New("payment request rejected")
 	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
 	// connection error, unreadable response), or answered with a charge that is not the
@@ -46,7 +48,7 @@ func (e *ReceiptMismatchError) Error() string {
 		e.ChargeID, e.GotAmount, e.GotCurrency, e.GotReference, e.WantAmount, e.WantCurrency, e.WantReference)
 }
 
-// Error describes a failed charge attempt.
+// Error describes a failed charge attempt or lookup.
 type Error struct {
 	// Kind is ErrDeclined, ErrPermanent or ErrTransient.
 	Kind error
@@ -84,7 +86,8 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind, e.Err}
 }
 
-// IsTransient reports whether err is worth retrying with the same idempotency key.
+// IsTransient reports whether err is of kind ErrTransient: the outcome is not final, and
+// another attempt with the same idempotency key is safe.
 func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
 
 // IsDeclined reports whether the provider declined the payment.
@@ -107,11 +110,11 @@ func newStatusError(kind error, status int, body []byte) *Error {
 	return e
 }
 
-// kindOf classifies a charge's non-2xx status, following the protocol: 402 declines, 400 and 422 reject our request
-// itself. Everything else is treated as provider trouble, including 401,
-// 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a
-// misrouting proxy — an outage to fix, during which orders must be deferred
-// (and the breaker open, and alerts fire), not failed one by one.
+// kindOf classifies a charge's non-2xx status, following the protocol: 402 declines, 400 and
+// 422 reject our request itself. Everything else is treated as provider trouble, including
+// 401, 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a misrouting
+// proxy — an outage to fix, during which orders must be deferred (and the breaker open, and
+// alerts fire), not failed one by one.
 func kindOf(status int) error {
 	if status == http.StatusPaymentRequired {
 		return ErrDeclined

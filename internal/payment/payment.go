@@ -1,11 +1,21 @@
-// Package payment is the client of the outside payment provider. Checkout and the worker call
-// Client.Charge to charge an order; the resilience stack (retry, breaker, bulkhead, timeout)
-// is composed around that call by the caller, so this package only speaks the protocol and
-// classifies each outcome as a charge, a decline, a permanent error or a transient one.
+// Package payment is checkout's client of the outside payment provider.
+//
+// Client speaks the provider protocol and nothing else: Client.Charge makes one charge
+// attempt and classifies its outcome as a receipt or an *Error of kind ErrDeclined,
+// ErrPermanent or ErrTransient; Client.FindCharges looks an order's charges up by reference,
+// which is how an ambiguous attempt becomes a certain outcome; NotCharged tells the failures
+// that prove nothing was charged from those after which the provider may hold a charge.
+//
+// Protected puts a Client behind the resilience stack of internal/resilience (retry →
+// circuit breaker → bulkhead → per-attempt timeout), with Classify telling the stack which
+// errors are provider trouble. The API and the worker each charge through a Protected of
+// their own, built by NewProtectedClient; internal/order sees it through a small interface
+// and this package knows nothing of orders beyond their ids.
 //
 // The provider sees an order only as a reference string, and every attempt for one order
-// carries the same Idempotency-Key, so a charge whose response was lost is replayed by the
-// provider instead of being made twice.
+// carries the same Idempotency-Key (IdempotencyKey), so a charge whose response was lost is
+// replayed by the provider instead of being made twice — as long as the provider still
+// remembers the key.
 package payment
 
 import (
@@ -34,7 +44,8 @@ const (
 )
 
 // maxResponseBytes bounds how much of a response body is read; a charge response is about
-// 150 bytes, so anything near the limit is provider trouble, not a receipt.
+// 150 bytes and a lookup lists an order's few charges, so anything near the limit (some 400
+// charges) is provider trouble, not an answer.
 const maxResponseBytes = 64 << 10
 
 // Config configures a Client. Zero durations and MaxConns take the defaults above.
@@ -50,11 +61,12 @@ type Config struct {
 	// TLSHandshakeTimeout bounds the TLS handshake.
 	TLSHandshakeTimeout time.Duration
 	// ResponseHeaderTimeout is a backstop for callers without a deadline. The per-attempt
-	// timeout belongs to the caller's context, which Charge always honours.
+	// timeout belongs to the caller's context, which Charge and FindCharges always honour.
 	ResponseHeaderTimeout time.Duration
 }
 
-// Client charges payments through the provider. It is safe for concurrent use.
+// Client charges payments through the provider and looks charges up. It is safe for
+// concurrent use.
 type Client struct {
 	chargesURL *url.URL
 	http       *http.Client
@@ -138,7 +150,8 @@ type Receipt struct {
 	Amount   int64
 	Currency string
 	// Replayed reports that the provider answered from its idempotency ledger: an earlier
-	// attempt had already charged, and its response was lost or is being retried.
+	// attempt had already charged, and its response was lost or is being retried. Always
+	// false in receipts from FindCharges.
 	Replayed bool
 }
 
@@ -149,8 +162,10 @@ func IdempotencyKey(orderID string) string {
 }
 
 // Charge charges req and returns the receipt. A failure is an *Error wrapped with the order id;
-// classify it with errors.Is against ErrDeclined, ErrPermanent and ErrTransient, or IsTransient.
-// Charge makes one attempt: retrying is the caller's decision, and is safe with the same key.
+// classify it with errors.Is against ErrDeclined, ErrPermanent and ErrTransient (or IsDeclined,
+// IsTransient), and ask NotCharged whether it proves that nothing was charged. Charge makes
+// one attempt, never re-sent by the HTTP transport: retrying is the caller's decision, and is
+// safe with the same key while the provider remembers it.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
 	receipt, err := c.charge(ctx, req)
 	if err != nil {
