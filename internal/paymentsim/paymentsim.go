@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,8 +37,9 @@ const (
 	DefaultChargeCapFactor = 10
 )
 
-// Config configures a Simulator. Latency and Jitter are used as given (zero means instant
-// answers, which tests rely on); the other zero values pick a default.
+// Config configures a Simulator. Latency, Jitter and Capacity are used as given (zero means
+// instant answers and no capacity limit, which tests rely on); the other zero values pick a
+// default.
 type Config struct {
 	// Latency is how long processing a charge takes before any injected fault latency.
 	Latency time.Duration
@@ -51,6 +53,10 @@ type Config struct {
 	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
 	// is raised to it, so a charge is never forgotten before its key.
 	ChargeCap int
+	// Capacity is how many charges the provider processes at full speed at once; beyond it
+	// every charge slows down with the queue (see scaledLatency). Zero means unlimited, which
+	// tests rely on; the binary's default is DefaultCapacity. A "capacity" fault overrides it.
+	Capacity int
 	// AdminToken, when set, must be sent as "Authorization: Bearer <token>" to the admin API.
 	AdminToken string
 	// Logger receives one line per fault change; nil discards.
@@ -68,9 +74,11 @@ type Simulator struct {
 	ledger   *ledger
 	faults   *schedule
 	inflight *inflight
-	metrics  *metrics
-	registry *prometheus.Registry
-	mux      *http.ServeMux
+	// processing counts the charges in the capacity model's workers (see scaledLatency).
+	processing atomic.Int64
+	metrics    *metrics
+	registry   *prometheus.Registry
+	mux        *http.ServeMux
 }
 
 // New returns a Simulator with an empty ledger and no faults.
