@@ -3,10 +3,11 @@
 // It serves the provider protocol (POST /v1/charges, GET /v1/charges?reference=…) the way a
 // real provider does: a bounded Idempotency-Key cache, replays of finished requests, a record
 // of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
-// latency, and charges that complete even when the caller has already given up. Faults (latency, errors,
-// hangs, outages, refused connections, lost responses) can be switched on, or scheduled, at
-// runtime through an admin API, so the demo, the experiment and the tests can break the
-// provider on purpose and watch checkout cope.
+// latency that grows once more charges arrive than it has capacity for (see scaledLatency),
+// and charges that complete even when the caller has already given up. Faults (latency,
+// errors, hangs, outages, refused connections, lost responses, reduced capacity) can be
+// switched on, or scheduled, at runtime through an admin API, so the demo, the experiment and
+// the tests can break the provider on purpose and watch checkout cope.
 //
 // The package deliberately shares no code with internal/payment, the client: shared protocol
 // code would mirror a bug on both sides and hide it from the tests.
