@@ -19,6 +19,7 @@ type config struct {
 	Jitter          time.Duration
 	LedgerCap       int
 	ChargeCap       int // 0: paymentsim's default, a multiple of LedgerCap
+	Capacity        int // 0: unlimited
 	AdminToken      string
 }
 
@@ -32,6 +33,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),
 		LedgerCap:       env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
 		ChargeCap:       env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
+		Capacity:        env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
 		AdminToken:      env.String("PAYMENTSIM_ADMIN_TOKEN", ""),
 	}
 	if err := env.Err(); err != nil {

@@ -65,11 +65,12 @@ func serve(ctx context.Context, cfg config, stdout io.Writer) error {
 		Jitter:     cfg.Jitter,
 		LedgerCap:  cfg.LedgerCap,
 		ChargeCap:  cfg.ChargeCap,
+		Capacity:   cfg.Capacity,
 		AdminToken: cfg.AdminToken,
 		Logger:     logger,
 	})
 	logger.InfoContext(ctx, "starting", "latency", cfg.Latency, "jitter", cfg.Jitter,
-		"ledger_cap", cfg.LedgerCap, "admin_token", cfg.AdminToken != "")
+		"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity, "admin_token", cfg.AdminToken != "")
 	return httpserver.Serve(ctx, httpserver.Config{
 		Addr:            cfg.HTTPAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,

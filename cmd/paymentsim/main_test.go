@@ -94,6 +94,7 @@ func TestBadConfigurationFailsNamingTheVariable(t *testing.T) {
 		{"PAYMENTSIM_LEDGER_CAP", "0"},
 		{"PAYMENTSIM_CHARGE_CAP", "many"},
 		{"PAYMENTSIM_CHARGE_CAP", "99999"}, // below the default PAYMENTSIM_LEDGER_CAP
+		{"PAYMENTSIM_CAPACITY", "-1"},
 		{"SHUTDOWN_TIMEOUT", "10"},
 		{"LOG_LEVEL", "verbose"},
 	}

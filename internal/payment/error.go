@@ -8,22 +8,47 @@ import (
 	"net/http"
 )
 
-// The kinds of failed charge. Every error from Charge matches exactly one with errors.Is.
+// The kinds of failure. Every error from Charge and FindCharges matches exactly one with
+// errors.Is (a lookup is never ErrDeclined).
 var (
 	// ErrDeclined: the provider refused the payment (402). A final business outcome, not a
 	// provider failure: never retry it and never count it against the circuit breaker.
 	ErrDeclined = errors.New("payment declined")
-	// ErrPermanent: the provider rejected the request itself (400, 422, other 4xx, a redirect).
-	// Retrying cannot help; it means a bug or misconfiguration on our side.
+	// ErrPermanent: the provider rejected the request itself (400, 422), or it could not be
+	// built. Retrying cannot help; it means a bug on our side. Other 4xx answers and
+	// redirects are ErrTransient (see kindOf).
 	ErrPermanent = errors.New("payment request rejected")
 	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
-	// connection error, unreadable response). Retrying with the same key is safe and may
-	// succeed; it counts as a breaker failure. A caller's own cancellation is transient too;
+	// connection error, unreadable response), or answered with a charge that is not the
+	// one requested (ReceiptMismatchError). The outcome is not final: retrying with the same
+	// key is safe and may succeed, it counts as a breaker failure, and NotCharged tells
+	// whether the provider may hold a charge. A caller's own cancellation is transient too;
 	// tell it apart with errors.Is(err, context.Canceled).
 	ErrTransient = errors.New("payment provider unavailable")
 )
 
-// Error describes a failed charge attempt.
+// ReceiptMismatchError is the cause (Error.Err, under ErrTransient) of a charge attempt the
+// provider answered 2xx with a succeeded charge for another amount, currency or reference
+// than requested: a key collision or a provider bug. The provider reports that it holds a
+// charge, so the order is neither paid by it nor certainly unpaid (NotCharged is false): it
+// must not be settled either way on this answer. Another attempt with the same key most
+// likely replays the same answer; the charge needs looking into (FindCharges lists what the
+// provider holds for the order, with its amounts).
+type ReceiptMismatchError struct {
+	// ChargeID is the provider's id of the charge it reported.
+	ChargeID string
+	// Want is what the attempt asked for; Got is what the provider reported.
+	WantAmount, GotAmount       int64
+	WantCurrency, GotCurrency   string
+	WantReference, GotReference string
+}
+
+func (e *ReceiptMismatchError) Error() string {
+	return fmt.Sprintf("provider reported charge %s for %d %s (reference %q), not the requested %d %s (reference %q)",
+		e.ChargeID, e.GotAmount, e.GotCurrency, e.GotReference, e.WantAmount, e.WantCurrency, e.WantReference)
+}
+
+// Error describes a failed charge attempt or lookup.
 type Error struct {
 	// Kind is ErrDeclined, ErrPermanent or ErrTransient.
 	Kind error
@@ -36,6 +61,7 @@ type Error struct {
 	Err error
 
 	lookup bool // the error of a lookup (FindCharges), not of a charge attempt
+	conns  int  // connections the transport handed the charge request; see NotCharged
 }
 
 func (e *Error) Error() string {
@@ -60,7 +86,8 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind, e.Err}
 }
 
-// IsTransient reports whether err is worth retrying with the same idempotency key.
+// IsTransient reports whether err is of kind ErrTransient: the outcome is not final, and
+// another attempt with the same idempotency key is safe.
 func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
 
 // IsDeclined reports whether the provider declined the payment.
@@ -83,11 +110,11 @@ func newStatusError(kind error, status int, body []byte) *Error {
 	return e
 }
 
-// kindOf classifies a charge's non-2xx status, following the protocol: 402 declines, 400 and 422 reject our request
-// itself. Everything else is treated as provider trouble, including 401,
-// 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a
-// misrouting proxy — an outage to fix, during which orders must be deferred
-// (and the breaker open, and alerts fire), not failed one by one.
+// kindOf classifies a charge's non-2xx status, following the protocol: 402 declines, 400 and
+// 422 reject our request itself. Everything else is treated as provider trouble, including
+// 401, 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a misrouting
+// proxy — an outage to fix, during which orders must be deferred (and the breaker open, and
+// alerts fire), not failed one by one.
 func kindOf(status int) error {
 	if status == http.StatusPaymentRequired {
 		return ErrDeclined
@@ -106,16 +133,22 @@ func lookupKindOf(status int) error {
 	}
 }
 
-// NotCharged reports whether a failed charge attempt certainly did not
-// charge: the connection was never made, or the provider said it did not
-// process the request (429 rate limited, 503 unavailable), or it declined or
-// rejected it. Any other failure — a timeout, a reset or lost response, a
-// 409 (the same key still in flight), a 500 — is ambiguous: the provider may
-// hold a charge, which only a retry with the same key can reveal. An error of
+// NotCharged reports whether a failed charge attempt certainly did not charge, which only
+// these prove: the provider declined (402) or rejected (400, 422) the request, or said it did
+// not process it (429 rate limited, 503 unavailable), or the connection could not even be
+// made and no connection had been handed to the request before, so not a byte of it can have
+// reached the provider.
+//
+// Anything else is ambiguous and NotCharged is false: a timeout, a reset or lost response, a
+// 409 (the same key still in flight), a 500, a 2xx that does not match the request
+// (ReceiptMismatchError), a dial error after the transport had already had a connection for
+// the request (net/http may re-send a request by itself, and the first send may have
+// charged), and any answer to a request the transport sent more than once. The provider may
+// then hold a charge; a retry with the same key, or FindCharges, can tell. An error of
 // FindCharges is never NotCharged: a failed lookup proves nothing.
 func NotCharged(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || e.lookup {
+	if !errors.As(err, &e) || e.lookup || e.conns > 1 {
 		return false
 	}
 	switch {
@@ -125,5 +158,5 @@ func NotCharged(err error) bool {
 		return true
 	}
 	var opErr *net.OpError
-	return e.StatusCode == 0 && errors.As(e.Err, &opErr) && opErr.Op == "dial"
+	return e.StatusCode == 0 && e.conns == 0 && errors.As(e.Err, &opErr) && opErr.Op == "dial"
 }

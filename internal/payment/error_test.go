@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/payment"
+	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
 // TestClassification covers responses the simulator never sends, from a provider answering
@@ -24,8 +25,8 @@ func TestClassification(t *testing.T) {
 		want   error // nil: success
 	}{
 		{"created", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD","reference":"o1"}`, nil},
-		{"created for another amount", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":1,"currency":"USD","reference":"o1"}`, payment.ErrPermanent},
-		{"created for another order", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD","reference":"o2"}`, payment.ErrPermanent},
+		{"created for another amount", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":1,"currency":"USD","reference":"o1"}`, payment.ErrTransient},
+		{"created for another order", http.StatusCreated, `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD","reference":"o2"}`, payment.ErrTransient},
 		{"declined without a body", http.StatusPaymentRequired, ``, payment.ErrDeclined},
 		{"bad request", http.StatusBadRequest, `{"error":{"type":"invalid_request_error","message":"x"}}`, payment.ErrPermanent},
 		{"unauthorized: a rotated key is an outage, not a rejection", http.StatusUnauthorized, ``, payment.ErrTransient},
@@ -87,6 +88,44 @@ func fixedProvider(t *testing.T, status int, body string) *payment.Client {
 		t.Fatalf("NewClient: %v", err)
 	}
 	return client
+}
+
+// A 2xx for a charge other than the one requested means the provider holds a charge: the
+// attempt must be neither a rejection (which would fail the order as provider_rejected) nor
+// NotCharged, and it carries what was asked and what was reported.
+func TestReceiptMismatch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		body string
+		want payment.ReceiptMismatchError
+	}{
+		{"another amount", `{"id":"ch_1","status":"succeeded","amount":1,"currency":"USD","reference":"o1"}`,
+			payment.ReceiptMismatchError{ChargeID: "ch_1", WantAmount: 2598, GotAmount: 1, WantCurrency: "USD", GotCurrency: "USD", WantReference: "o1", GotReference: "o1"}},
+		{"another currency", `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"EUR","reference":"o1"}`,
+			payment.ReceiptMismatchError{ChargeID: "ch_1", WantAmount: 2598, GotAmount: 2598, WantCurrency: "USD", GotCurrency: "EUR", WantReference: "o1", GotReference: "o1"}},
+		{"another reference", `{"id":"ch_1","status":"succeeded","amount":2598,"currency":"USD","reference":"o2"}`,
+			payment.ReceiptMismatchError{ChargeID: "ch_1", WantAmount: 2598, GotAmount: 2598, WantCurrency: "USD", GotCurrency: "USD", WantReference: "o1", GotReference: "o2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := fixedProvider(t, http.StatusCreated, tt.body).Charge(t.Context(), order("o1"))
+			mismatch, ok := errors.AsType[*payment.ReceiptMismatchError](err)
+			if !ok || *mismatch != tt.want {
+				t.Fatalf("got %v, want a *payment.ReceiptMismatchError %+v", err, tt.want)
+			}
+			if errors.Is(err, payment.ErrPermanent) || payment.IsDeclined(err) || !payment.IsTransient(err) {
+				t.Errorf("kind of %v: want ErrTransient only, never a rejection", err)
+			}
+			if payment.NotCharged(err) {
+				t.Errorf("NotCharged(%v) = true, but the provider reports a charge", err)
+			}
+			if got := payment.Classify(err); got != resilience.Transient {
+				t.Errorf("Classify: got %v, want Transient (a breaker failure)", got)
+			}
+		})
+	}
 }
 
 func TestIdempotencyKey(t *testing.T) {

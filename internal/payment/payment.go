@@ -1,11 +1,21 @@
-// Package payment is the client of the outside payment provider. Checkout and the worker call
-// Client.Charge to charge an order; the resilience stack (retry, breaker, bulkhead, timeout)
-// is composed around that call by the caller, so this package only speaks the protocol and
-// classifies each outcome as a charge, a decline, a permanent error or a transient one.
+// Package payment is checkout's client of the outside payment provider.
+//
+// Client speaks the provider protocol and nothing else: Client.Charge makes one charge
+// attempt and classifies its outcome as a receipt or an *Error of kind ErrDeclined,
+// ErrPermanent or ErrTransient; Client.FindCharges looks an order's charges up by reference,
+// which is how an ambiguous attempt becomes a certain outcome; NotCharged tells the failures
+// that prove nothing was charged from those after which the provider may hold a charge.
+//
+// Protected puts a Client behind the resilience stack of internal/resilience (retry →
+// circuit breaker → bulkhead → per-attempt timeout), with Classify telling the stack which
+// errors are provider trouble. The API and the worker each charge through a Protected of
+// their own, built by NewProtectedClient; internal/order sees it through a small interface
+// and this package knows nothing of orders beyond their ids.
 //
 // The provider sees an order only as a reference string, and every attempt for one order
-// carries the same Idempotency-Key, so a charge whose response was lost is replayed by the
-// provider instead of being made twice.
+// carries the same Idempotency-Key (IdempotencyKey), so a charge whose response was lost is
+// replayed by the provider instead of being made twice — as long as the provider still
+// remembers the key.
 package payment
 
 import (
@@ -17,7 +27,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,7 +44,8 @@ const (
 )
 
 // maxResponseBytes bounds how much of a response body is read; a charge response is about
-// 150 bytes, so anything near the limit is provider trouble, not a receipt.
+// 150 bytes and a lookup lists an order's few charges, so anything near the limit (some 400
+// charges) is provider trouble, not an answer.
 const maxResponseBytes = 64 << 10
 
 // Config configures a Client. Zero durations and MaxConns take the defaults above.
@@ -48,11 +61,12 @@ type Config struct {
 	// TLSHandshakeTimeout bounds the TLS handshake.
 	TLSHandshakeTimeout time.Duration
 	// ResponseHeaderTimeout is a backstop for callers without a deadline. The per-attempt
-	// timeout belongs to the caller's context, which Charge always honours.
+	// timeout belongs to the caller's context, which Charge and FindCharges always honour.
 	ResponseHeaderTimeout time.Duration
 }
 
-// Client charges payments through the provider. It is safe for concurrent use.
+// Client charges payments through the provider and looks charges up. It is safe for
+// concurrent use.
 type Client struct {
 	chargesURL *url.URL
 	http       *http.Client
@@ -104,10 +118,13 @@ func newTransport(cfg Config) *http.Transport {
 		ForceAttemptHTTP2: true,
 		// Calls beyond MaxConnsPerHost wait for a connection (bounded by their context) rather
 		// than opening more: the provider never sees more concurrency than the bulkhead allows.
-		MaxConnsPerHost:       maxConns,
-		MaxIdleConns:          maxIdle,
-		MaxIdleConnsPerHost:   maxIdle,
-		IdleConnTimeout:       90 * time.Second,
+		MaxConnsPerHost:     maxConns,
+		MaxIdleConns:        maxIdle,
+		MaxIdleConnsPerHost: maxIdle,
+		// Below the provider's own idle timeout (60 s for the simulator, commonly 60–75 s), so
+		// idle connections are closed by us, not under a request going out: charges are not
+		// re-sent by the transport (see newRequest), so that race would fail the attempt.
+		IdleConnTimeout:       30 * time.Second,
 		TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 	}
@@ -133,7 +150,8 @@ type Receipt struct {
 	Amount   int64
 	Currency string
 	// Replayed reports that the provider answered from its idempotency ledger: an earlier
-	// attempt had already charged, and its response was lost or is being retried.
+	// attempt had already charged, and its response was lost or is being retried. Always
+	// false in receipts from FindCharges.
 	Replayed bool
 }
 
@@ -144,8 +162,10 @@ func IdempotencyKey(orderID string) string {
 }
 
 // Charge charges req and returns the receipt. A failure is an *Error wrapped with the order id;
-// classify it with errors.Is against ErrDeclined, ErrPermanent and ErrTransient, or IsTransient.
-// Charge makes one attempt: retrying is the caller's decision, and is safe with the same key.
+// classify it with errors.Is against ErrDeclined, ErrPermanent and ErrTransient (or IsDeclined,
+// IsTransient), and ask NotCharged whether it proves that nothing was charged. Charge makes
+// one attempt, never re-sent by the HTTP transport: retrying is the caller's decision, and is
+// safe with the same key while the provider remembers it.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
 	receipt, err := c.charge(ctx, req)
 	if err != nil {
@@ -172,12 +192,24 @@ type chargeResult struct {
 }
 
 func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
+	// Count the connections the transport hands this request: once it has had one, some of
+	// the request may have reached the provider, and no later error proves otherwise.
+	var conns atomic.Int32
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { conns.Add(1) },
+	})
+	receipt, err := c.chargeOnce(ctx, req)
+	if e, ok := errors.AsType[*Error](err); ok {
+		e.conns = int(conns.Load())
+	}
+	return receipt, err
+}
+
+func (c *Client) chargeOnce(ctx context.Context, req ChargeRequest) (Receipt, error) {
 	httpReq, err := c.newRequest(ctx, req)
 	if err != nil {
 		return Receipt{}, &Error{Kind: ErrPermanent, Err: err}
 	}
-	// Note: net/http may resend a request carrying an Idempotency-Key once by itself when a
-	// reused keep-alive connection turns out to be closed; the key makes that safe.
 	resp, body, err := c.send(httpReq)
 	if err != nil {
 		return Receipt{}, err
@@ -224,13 +256,21 @@ func (c *Client) newRequest(ctx context.Context, req ChargeRequest) (*http.Reque
 	httpReq.Header.Set("Content-Type", "application/json")
 	httpReq.Header.Set("Accept", "application/json")
 	httpReq.Header.Set("Idempotency-Key", IdempotencyKey(req.OrderID))
+	// net/http's Transport re-sends a request carrying an Idempotency-Key by itself when a
+	// reused keep-alive connection breaks before the answer, even after the request was
+	// written — provided it can rewind the body, which GetBody allows. The first send may have
+	// charged; the caller would then see only the re-send's outcome, e.g. a dial error that
+	// looks like "nothing was sent". Without GetBody the Transport re-sends nothing it has
+	// begun to write, and every attempt is the resilience stack's decision, visible to it.
+	httpReq.GetBody = nil
 	return httpReq, nil
 }
 
 // parseReceipt reads a 2xx body. One that is not a succeeded charge is treated as provider
 // trouble (transient): retrying with the same key replays the provider's real answer. A
-// succeeded charge for another amount, currency or reference is never taken as payment: it
-// means a key collision or a provider bug, which retrying cannot fix.
+// succeeded charge for another amount, currency or reference is never taken as payment
+// either, and it is no rejection of our request: the provider reports a charge, which a key
+// collision or a provider bug put there, so the outcome is unknown (ReceiptMismatchError).
 func parseReceipt(resp *http.Response, body []byte, req ChargeRequest) (Receipt, error) {
 	var res chargeResult
 	if err := json.Unmarshal(body, &res); err != nil {
@@ -241,9 +281,15 @@ func parseReceipt(resp *http.Response, body []byte, req ChargeRequest) (Receipt,
 			Err: fmt.Errorf("unexpected charge id %q with status %q", res.ID, res.Status)}
 	}
 	if res.Amount != req.Amount || res.Currency != req.Currency || res.Reference != req.OrderID {
-		return Receipt{}, &Error{Kind: ErrPermanent, StatusCode: resp.StatusCode,
-			Err: fmt.Errorf("charge %s is for %d %s (reference %q), not the requested %d %s (reference %q)",
-				res.ID, res.Amount, res.Currency, res.Reference, req.Amount, req.Currency, req.OrderID)}
+		return Receipt{}, &Error{Kind: ErrTransient, StatusCode: resp.StatusCode, Err: &ReceiptMismatchError{
+			ChargeID:      res.ID,
+			WantAmount:    req.Amount,
+			WantCurrency:  req.Currency,
+			WantReference: req.OrderID,
+			GotAmount:     res.Amount,
+			GotCurrency:   res.Currency,
+			GotReference:  res.Reference,
+		}}
 	}
 	return Receipt{
 		ChargeID: res.ID,

@@ -10,8 +10,9 @@ import (
 )
 
 // Protected is the Client behind the resilience stack: retry → circuit
-// breaker → bulkhead → per-attempt timeout → Charge. Both the API and the
-// worker charge through one of these, each with a Policy of its own.
+// breaker → bulkhead → per-attempt timeout → Charge or FindCharges. Both the
+// API and the worker charge through one of these, each with a Policy of its
+// own.
 type Protected struct {
 	client *Client
 	policy *resilience.Policy

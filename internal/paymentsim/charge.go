@@ -156,7 +156,7 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 
 	// A real provider finishes what it started even if the caller hung up, which is why a
 	// caller's timeout alone does not relieve a slow provider.
-	resp, ch := s.process(context.WithoutCancel(r.Context()), req, time.Duration(fault.Latency))
+	resp, ch := s.process(context.WithoutCancel(r.Context()), req, fault)
 	s.ledger.finish(e, resp, ch)
 	out := outcomeSucceeded
 	if ch == nil {
@@ -171,11 +171,17 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	return out
 }
 
-// process takes the configured time, then charges or declines: it returns the response and
-// the charge made, nil for a decline. ctx carries no cancellation from the client, only
-// values.
-func (s *Simulator) process(ctx context.Context, req chargeRequest, extra time.Duration) (response, *charge) {
-	sleep(ctx, s.latency()+extra)
+// process takes the configured time, under the capacity model (see scaledLatency) and with
+// fault's latency added, then charges or declines: it returns the response and the charge
+// made, nil for a decline. ctx carries no cancellation from the client, only values.
+func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault) (response, *charge) {
+	n := int(s.processing.Add(1))
+	defer s.processing.Add(-1)
+	capacity := s.cfg.Capacity
+	if fault.Capacity > 0 {
+		capacity = fault.Capacity
+	}
+	sleep(ctx, scaledLatency(s.latency(), n, capacity)+time.Duration(fault.Latency))
 	if req.PaymentMethod == declinedMethod {
 		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil
 	}

@@ -27,6 +27,9 @@ type Fault struct {
 	// ResetAfterCharge records the charge, then drops the connection without answering: the
 	// lost response that only an idempotency key makes safe to retry.
 	ResetAfterCharge bool `json:"reset_after_charge,omitzero"`
+	// Capacity replaces Config.Capacity while the fault is active: a provider that lost
+	// workers (or, set higher, gained them). Overlapping faults take the smallest.
+	Capacity int `json:"capacity,omitzero"`
 }
 
 func (f Fault) validate() error {
@@ -35,14 +38,16 @@ func (f Fault) validate() error {
 		return errors.New("latency must not be negative")
 	case f.ErrorRate < 0 || f.ErrorRate > 1:
 		return errors.New("error_rate must be between 0 and 1")
+	case f.Capacity < 0:
+		return errors.New("capacity must not be negative")
 	case f == Fault{}:
 		return errors.New("no fault given")
 	}
 	return nil
 }
 
-// merge combines two overlapping faults: latencies add up, the higher error rate wins, and
-// any switched-on mode stays on.
+// merge combines two overlapping faults: latencies add up, the higher error rate and the
+// smaller capacity win, and any switched-on mode stays on.
 func (f Fault) merge(g Fault) Fault {
 	return Fault{
 		Latency:           f.Latency + g.Latency,
@@ -51,7 +56,16 @@ func (f Fault) merge(g Fault) Fault {
 		Down:              f.Down || g.Down,
 		RefuseConnections: f.RefuseConnections || g.RefuseConnections,
 		ResetAfterCharge:  f.ResetAfterCharge || g.ResetAfterCharge,
+		Capacity:          minCapacity(f.Capacity, g.Capacity),
 	}
+}
+
+// minCapacity returns the smaller of two capacities, where 0 means "not set".
+func minCapacity(a, b int) int {
+	if a == 0 || b == 0 {
+		return max(a, b)
+	}
+	return min(a, b)
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string such as "500ms".

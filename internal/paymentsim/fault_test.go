@@ -144,6 +144,7 @@ func TestAdminFaultValidation(t *testing.T) {
 		`{"latency":"-1s"}`,
 		`{"latency":10}`,
 		`{"error_rate":1.5}`,
+		`{"capacity":-1}`,
 		`{"down":true,"start_in":"-1s"}`,
 		`{"down":true,"typo":1}`,
 		`{"down":true}{}`,

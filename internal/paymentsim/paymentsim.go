@@ -3,10 +3,11 @@
 // It serves the provider protocol (POST /v1/charges, GET /v1/charges?reference=…) the way a
 // real provider does: a bounded Idempotency-Key cache, replays of finished requests, a record
 // of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
-// latency, and charges that complete even when the caller has already given up. Faults (latency, errors,
-// hangs, outages, refused connections, lost responses) can be switched on, or scheduled, at
-// runtime through an admin API, so the demo, the experiment and the tests can break the
-// provider on purpose and watch checkout cope.
+// latency that grows once more charges arrive than it has capacity for (see scaledLatency),
+// and charges that complete even when the caller has already given up. Faults (latency,
+// errors, hangs, outages, refused connections, lost responses, reduced capacity) can be
+// switched on, or scheduled, at runtime through an admin API, so the demo, the experiment and
+// the tests can break the provider on purpose and watch checkout cope.
 //
 // The package deliberately shares no code with internal/payment, the client: shared protocol
 // code would mirror a bug on both sides and hide it from the tests.
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,8 +38,9 @@ const (
 	DefaultChargeCapFactor = 10
 )
 
-// Config configures a Simulator. Latency and Jitter are used as given (zero means instant
-// answers, which tests rely on); the other zero values pick a default.
+// Config configures a Simulator. Latency, Jitter and Capacity are used as given (zero means
+// instant answers and no capacity limit, which tests rely on); the other zero values pick a
+// default.
 type Config struct {
 	// Latency is how long processing a charge takes before any injected fault latency.
 	Latency time.Duration
@@ -51,6 +54,10 @@ type Config struct {
 	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
 	// is raised to it, so a charge is never forgotten before its key.
 	ChargeCap int
+	// Capacity is how many charges the provider processes at full speed at once; beyond it
+	// every charge slows down with the queue (see scaledLatency). Zero means unlimited, which
+	// tests rely on; the binary's default is DefaultCapacity. A "capacity" fault overrides it.
+	Capacity int
 	// AdminToken, when set, must be sent as "Authorization: Bearer <token>" to the admin API.
 	AdminToken string
 	// Logger receives one line per fault change; nil discards.
@@ -68,9 +75,11 @@ type Simulator struct {
 	ledger   *ledger
 	faults   *schedule
 	inflight *inflight
-	metrics  *metrics
-	registry *prometheus.Registry
-	mux      *http.ServeMux
+	// processing counts the charges in the capacity model's workers (see scaledLatency).
+	processing atomic.Int64
+	metrics    *metrics
+	registry   *prometheus.Registry
+	mux        *http.ServeMux
 }
 
 // New returns a Simulator with an empty ledger and no faults.
