@@ -3,6 +3,7 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -35,6 +36,8 @@ type ChargeRequest struct {
 // Receipt is a successful charge.
 type Receipt struct {
 	ChargeID string
+	Amount   int64
+	Currency string
 	// Replayed: the provider answered from its record of an earlier
 	// attempt with the same key.
 	Replayed bool
@@ -101,6 +104,10 @@ func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err 
 // for want of a provider (DESIGN.md invariant 7: never while the provider
 // holds a charge for it). A lookup error settles nothing.
 //
+// A charge for another amount or currency settles nothing either: the
+// provider took money the order does not account for, which a person must
+// look at (ErrChargeMismatch; the worker keeps the order open and logs it).
+//
 // The caller must make sure no attempt for o can still be in flight at the
 // provider, or "none" could be overtaken by a charge that lands later.
 func Resolve(ctx context.Context, p Payer, o Order) (Settlement, error) {
@@ -111,8 +118,18 @@ func Resolve(ctx context.Context, p Payer, o Order) (Settlement, error) {
 	if len(charges) == 0 {
 		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderUnavailable}, nil
 	}
+	for _, c := range charges {
+		if c.Amount != o.Total || c.Currency != o.Currency {
+			return Settlement{}, fmt.Errorf("%w: %s charged %d %s for an order of %d %s",
+				ErrChargeMismatch, c.ChargeID, c.Amount, c.Currency, o.Total, o.Currency)
+		}
+	}
 	return Settlement{Status: StatusPaid, ChargeID: charges[0].ChargeID}, nil
 }
+
+// ErrChargeMismatch: the provider holds a charge for the order that does
+// not match it (see Resolve).
+var ErrChargeMismatch = errors.New("the provider holds a charge that does not match the order")
 
 // MayCharge reports whether o may still be charged at now, given how long
 // the provider remembers idempotency keys (keyRetention): a charge sent

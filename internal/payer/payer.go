@@ -34,7 +34,7 @@ func (p *Payer) Charge(ctx context.Context, req order.ChargeRequest) (order.Rece
 	if err != nil {
 		return order.Receipt{}, kind(err)
 	}
-	return order.Receipt{ChargeID: r.ChargeID, Replayed: r.Replayed}, nil
+	return order.Receipt{ChargeID: r.ChargeID, Amount: r.Amount, Currency: r.Currency, Replayed: r.Replayed}, nil
 }
 
 // FindCharges looks the reference's charges up through the client's policy.
@@ -45,7 +45,7 @@ func (p *Payer) FindCharges(ctx context.Context, reference string) ([]order.Rece
 	}
 	receipts := make([]order.Receipt, len(found))
 	for i, r := range found {
-		receipts[i] = order.Receipt{ChargeID: r.ChargeID}
+		receipts[i] = order.Receipt{ChargeID: r.ChargeID, Amount: r.Amount, Currency: r.Currency}
 	}
 	return receipts, nil
 }
