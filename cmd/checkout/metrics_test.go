@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/observability/obstest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/observability/obstest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 	"github.com/resilientcheckout/checkout/internal/proctest"
 )
 

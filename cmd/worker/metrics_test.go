@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/observability/obstest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 	"github.com/resilientcheckout/checkout/internal/order"
 	orderPayer "github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"

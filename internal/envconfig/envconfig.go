@@ -4,8 +4,12 @@
 // and reported together, each error naming its variable, so a misconfigured
 // process fails at start instead of misbehaving later.
 //
-// Domain packages never read the environment: cmd/* maps variables onto
-// their Config structs.
+// Domain packages never read the environment: cmd/*/config.go maps each
+// binary's variables onto the Config structs of the packages it wires. The
+// two groups that checkout and the worker both read under the same names —
+// the database's (database.go) and the payment protection stack's
+// (resilience.go) — are mapped here once, so the binaries cannot drift apart
+// in names, ranges or defaults.
 package envconfig
 
 import (
