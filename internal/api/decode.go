@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/resilientcheckout/checkout/internal/order"
 )
@@ -27,6 +28,10 @@ var errMalformed = errors.New("malformed order document")
 // wins), which would let a proxy and this service read different orders from
 // one body, so a token pass rejects them first.
 func decodePlaceRequest(body []byte) (order.PlaceRequest, error) {
+	// encoding/json would replace invalid UTF-8 with U+FFFD and store it.
+	if !utf8.Valid(body) {
+		return order.PlaceRequest{}, fmt.Errorf("%w: body is not valid UTF-8", errMalformed)
+	}
 	if err := checkStructure(body); err != nil {
 		return order.PlaceRequest{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}

@@ -109,6 +109,11 @@ func TestMalformedRequestsGetAProblemAndWriteNothing(t *testing.T) {
 		{name: "payment_method not visible ASCII (the provider would reject it)", body: withField("payment_method", `"pm card ü"`), wantStatus: 422, wantType: invalid, wantFields: []string{"payment_method"}},
 		{name: "missing payment_method", body: `{"customer_id":"c","currency":"USD","items":[{"sku":"S","quantity":1,"unit_price":1}]}`, wantStatus: 422, wantType: invalid, wantFields: []string{"payment_method"}},
 		{name: "control character", body: withField("customer_id", `"cus\u0000"`), wantStatus: 422, wantType: invalid, wantFields: []string{"customer_id"}},
+		// encoding/json turns these into U+FFFD and would store that.
+		{name: "invalid UTF-8", body: withField("customer_id", "\"cus\xff\""), wantStatus: 400, wantType: malformed},
+		{name: "lone surrogate", body: withField("customer_id", `"cus\ud800"`), wantStatus: 422, wantType: invalid, wantFields: []string{"customer_id"}},
+		{name: "C1 control character", body: withField("customer_id", `"cus\u0085"`), wantStatus: 422, wantType: invalid, wantFields: []string{"customer_id"}},
+		{name: "bidi override", body: withItems(validField("", ""), `[{"sku":"SKU\u202e1-","quantity":1,"unit_price":1}]`), wantStatus: 422, wantType: invalid, wantFields: []string{"items[0].sku"}},
 		{name: "lowercase currency", body: withField("currency", `"usd"`), wantStatus: 422, wantType: invalid, wantFields: []string{"currency"}},
 		{name: "unknown currency", body: withField("currency", `"XXX"`), wantStatus: 422, wantType: invalid, wantFields: []string{"currency"}},
 		{name: "no items", body: withItems(validField("", ""), `[]`), wantStatus: 422, wantType: invalid, wantFields: []string{"items"}},

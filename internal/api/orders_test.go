@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -464,18 +465,56 @@ func TestUnknownRoutesAnswerProblems(t *testing.T) {
 	tests := []struct {
 		method, path string
 		want         int
+		allow        []string // the Allow header of a 405 (RFC 9110)
 	}{
-		{http.MethodGet, "/nope", http.StatusNotFound},
-		{http.MethodDelete, "/orders", http.StatusMethodNotAllowed},
-		{http.MethodPut, "/orders/" + uuid.NewString(), http.StatusMethodNotAllowed},
+		{http.MethodGet, "/nope", http.StatusNotFound, nil},
+		{http.MethodDelete, "/orders", http.StatusMethodNotAllowed, []string{"POST"}},
+		{http.MethodPut, "/orders/" + uuid.NewString(), http.StatusMethodNotAllowed, []string{"GET", "HEAD"}},
 	}
 	for _, tt := range tests {
 		r := b.do(t, tt.method, tt.path, "")
 		if r.status != tt.want || r.header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s = %d %s, want %d application/problem+json", tt.method, tt.path, r.status, r.header.Get("Content-Type"), tt.want)
 		}
+		if got := r.header.Values("Allow"); !slices.Equal(got, tt.allow) {
+			t.Errorf("%s %s: Allow = %q, want %q", tt.method, tt.path, got, tt.allow)
+		}
 		if p := decodeProblem(t, r); p.Status != tt.want {
 			t.Errorf("%s %s: problem status %d, want %d", tt.method, tt.path, p.Status, tt.want)
 		}
+	}
+}
+
+// TestHeadOfAnOrder: HEAD is GET without the body (RFC 9110), not a 405.
+func TestHeadOfAnOrder(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, options{})
+	o := decodeOrder(t, b.post(t, newKey(), validBody))
+	if r := b.do(t, http.MethodHead, "/orders/"+o.ID, ""); r.status != http.StatusOK || len(r.body) != 0 {
+		t.Errorf("HEAD /orders/{id} = %d with %d bytes, want 200 and no body", r.status, len(r.body))
+	}
+}
+
+// TestClientRequestIDIsBounded: a client's X-Request-Id goes into every log
+// line of its request, so only a short, plain one is kept.
+func TestClientRequestIDIsBounded(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	b, _ := setup(t, options{logTo: &logs})
+	for _, id := range []string{"req-123.abc_DEF:9", strings.Repeat("x", 100_000), "inject level=ERROR"} {
+		req, _ := http.NewRequest(http.MethodGet, b.url+"/orders/"+uuid.NewString(), nil)
+		req.Header.Set("X-Request-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	out := logs.String()
+	if !strings.Contains(out, "req-123.abc_DEF:9") {
+		t.Errorf("a plain client request id was not kept in the log")
+	}
+	if strings.Contains(out, strings.Repeat("x", 65)) || strings.Contains(out, "inject") {
+		t.Errorf("an oversized or unsafe client request id reached the log")
 	}
 }

@@ -59,9 +59,12 @@ func notFound(w http.ResponseWriter, _ *http.Request) {
 // only in its own 405 handler, so the router is asked path by method.
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.Routes != nil {
-		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if rctx.Routes.Match(chi.NewRouteContext(), m, r.URL.Path) {
 				w.Header().Add("Allow", m)
+				if m == http.MethodGet { // served from GET (routes.go)
+					w.Header().Add("Allow", http.MethodHead)
+				}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,6 +46,8 @@ type bundle struct {
 
 // options change what setup builds; the zero value is the defaults.
 type options struct {
+	// logTo receives the server's logs (JSON lines); nil discards them.
+	logTo io.Writer
 	// resilience replaces resilience.DefaultConfig.
 	resilience *resilience.Config
 	// orders replaces order.DefaultConfig.
@@ -91,6 +94,9 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	t.Cleanup(b.db.Close)
 
 	log := slog.New(slog.DiscardHandler)
+	if opts.logTo != nil {
+		log = slog.New(slog.NewJSONHandler(&lockedWriter{w: opts.logTo}, nil))
+	}
 	metrics, err := resilience.NewMetrics(b.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -336,3 +342,15 @@ var keys atomic.Int64
 
 // newKey returns an Idempotency-Key no other request of the test run uses.
 func newKey() string { return fmt.Sprintf("key-%d-%s", keys.Add(1), uuid.NewString()) }
+
+// lockedWriter serialises the server's concurrent log writes.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -140,4 +140,17 @@ func (v *validator) between(field string, n, lo, hi int64) {
 	}
 }
 
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+// isControl rejects what is not printable text: C0 and C1 control
+// characters, U+FFFD (what a decoder makes of invalid UTF-8 or of a lone
+// surrogate such as "\ud800"), and the invisible bidirectional controls
+// that make a string display differently from what it holds (the "Trojan
+// Source" characters, CVE-2021-42574).
+func isControl(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r <= 0x9f, r == utf8.RuneError:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
