@@ -280,14 +280,16 @@ type BacklogEntry struct {
 	Oldest time.Duration // age of the oldest order in Status; 0 when Count is 0
 }
 
+const backlogSQL = `
+	SELECT status, count(*), extract(epoch FROM now() - min(created_at))
+	FROM orders WHERE status IN ` + unsettledSQL + `
+	GROUP BY status`
+
 // Backlog counts the unsettled orders by status, with the age of the oldest
 // of each. It reads orders_unsettled_idx only, so its cost follows the
 // backlog, not the table. Every unsettled status is reported, zero or not.
 func Backlog(ctx context.Context, q Querier) ([]BacklogEntry, error) {
-	rows, err := q.Query(ctx, `
-		SELECT status, count(*), extract(epoch FROM now() - min(created_at))
-		FROM orders WHERE status IN `+unsettledSQL+`
-		GROUP BY status`)
+	rows, err := q.Query(ctx, backlogSQL)
 	if err != nil {
 		return nil, fmt.Errorf("count unsettled orders: %w", err)
 	}
