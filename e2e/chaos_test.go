@@ -1,0 +1,455 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/resilientcheckout/checkout/internal/chaos"
+	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/proctest"
+)
+
+// The soak's flags: `make chaos` runs it for 5 minutes; `make test` runs the
+// short default.
+var (
+	chaosSeed     = flag.Uint64("chaos.seed", 1, "seed of the chaos soak's faults and load")
+	chaosDuration = flag.Duration("chaos.duration", 30*time.Second, "how long the chaos soak injects faults (make chaos: 5m)")
+	chaosRate     = flag.Float64("chaos.rate", 25, "orders per second during the chaos soak, open loop")
+	chaosDrain    = flag.Duration("chaos.drain", 2*time.Minute, "how long the healed system gets to settle every order")
+)
+
+// Worker settings the soak lowers from their defaults, so that minutes
+// exercise what takes hours in production; none is set below what its
+// README entry says it must exceed.
+var soakWorkerEnv = map[string]string{
+	// Give up charging at the third attempt (seconds in, instead of one to
+	// two hours) and settle from the provider's lookup, so that path runs.
+	"CHARGE_GIVE_UP_AFTER": "3",
+	// The lookup's "no charge" is trusted 10 s after the last attempt
+	// (default 1 m). It must exceed the longest a charge can take at the
+	// provider: the soak checks that against the provider's max in-flight.
+	"LOOKUP_AFTER": "10s",
+	// A killed worker's running jobs are retried after 31 s (default 1 m),
+	// the least allowed: just over the 30 s job timeout.
+	"RESCUE_STUCK_JOBS_AFTER": "31s",
+}
+
+// TestChaos is the randomized soak of issue 17 (`make chaos`): the real
+// binaries — paymentsim, checkout and two workers — on a PostgreSQL cluster
+// of the test's own, checkout and the workers reaching it through a TCP
+// proxy the soak can cut. Open-loop orders (new, declined, replayed, a key
+// reused with another body) run while the seeded plan injects provider
+// faults through the simulator's admin API, kills checkout and workers
+// (SIGKILL), stops a worker (SIGTERM), crashes Postgres and cuts the
+// database connection, one or two at a time. Then everything is healed, the
+// orders get -chaos.drain to settle, and chaos.Audit holds Postgres against
+// the provider's ledger. Any violation fails the test; the events and the
+// audit are logged (go test -v, or make chaos).
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	s := startSoak(t)
+	plan := chaos.NewPlan(chaos.PlanConfig{Seed: *chaosSeed, Duration: *chaosDuration, Workers: len(s.workers)})
+	s.logf("seed %d, %v of faults at %.0f orders/s: %d events planned", *chaosSeed, *chaosDuration, *chaosRate, len(plan))
+
+	load := chaos.NewLoad(chaos.LoadConfig{
+		Seed: *chaosSeed, Rate: *chaosRate, Replays: 0.10, Mismatches: 0.02, Declines: 0.10,
+		Timeout: 10 * time.Second, MaxInFlight: 512,
+	}, s.checkoutURL, func() int { return int(s.crashes.Load()) })
+	ctx, stopLoad := context.WithCancel(context.Background())
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		load.Run(ctx)
+	}()
+	s.run(plan, *chaosDuration)
+	stopLoad()
+	<-loaded
+	s.logf("load stopped (%d requests not sent: client at its in-flight limit)", load.Skipped())
+
+	s.healAll()
+	s.drain(*chaosDrain)
+	ev := s.evidence(load.Exchanges())
+	report := chaos.Audit(ev)
+	report.Violations = append(s.violations, report.Violations...)
+	s.checkLookupAfter(ev.Stats, &report)
+
+	for _, w := range s.workers {
+		s.countJobs(w)
+	}
+	s.logf("worker job outcomes: %s", joinCounts(s.jobs))
+
+	var out strings.Builder
+	report.Write(&out)
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		s.logf("%s", line)
+	}
+	if !report.OK() {
+		t.Errorf("chaos soak with seed %d: %d violations (events and audit above)", *chaosSeed, len(report.Violations))
+	}
+}
+
+// soak is the system under test and what the soak knows about it.
+type soak struct {
+	t     *testing.T
+	start time.Time
+	pg    *cluster
+	db    *pgxpool.Pool // direct, for the drain and the audit
+	proxy *dbtest.Proxy
+
+	sim      *proctest.Process
+	provider *chaos.Provider
+	env      map[string]string // checkout's; the workers' adds soakWorkerEnv
+	checkout atomic.Pointer[proctest.Process]
+	workers  []*proctest.Process
+	stopping map[int]chan error // workers sent SIGTERM, until they are restarted
+	crashes  atomic.Int32
+	jobs     map[string]int // checkout_charge_jobs_total by outcome, over every worker process
+
+	mu         sync.Mutex
+	violations []string
+}
+
+func startSoak(t *testing.T) *soak {
+	t.Helper()
+	s := &soak{t: t, pg: startCluster(t), stopping: map[int]chan error{}, jobs: map[string]int{}}
+	migrate := exec.Command(binary("checkout"), "migrate")
+	migrate.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.pg.URL()}
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("checkout migrate: %v\n%s", err, out)
+	}
+	var err error
+	if s.db, err = pgxpool.New(context.Background(), s.pg.URL()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.db.Close)
+	s.proxy = dbtest.NewProxy(t, s.pg.URL())
+	s.sim = proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
+	s.provider = chaos.NewProvider(s.sim.URL)
+	s.env = map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": s.proxy.URL(), "PAYMENT_URL": s.sim.URL}
+	s.startCheckout()
+	for range 2 {
+		s.workers = append(s.workers, s.startWorker())
+	}
+	s.start = time.Now()
+	return s
+}
+
+func (s *soak) startCheckout() {
+	s.checkout.Store(proctest.StartBinary(s.t, binary("checkout"), nil, s.env))
+}
+
+func (s *soak) checkoutURL() string { return s.checkout.Load().URL }
+
+func (s *soak) startWorker() *proctest.Process {
+	env := map[string]string{}
+	for k, v := range s.env {
+		env[k] = v
+	}
+	for k, v := range soakWorkerEnv {
+		env[k] = v
+	}
+	return proctest.StartBinary(s.t, binary("worker"), nil, env)
+}
+
+func (s *soak) logf(format string, args ...any) {
+	s.t.Helper()
+	s.t.Logf("%+8.1fs  %s", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (s *soak) violate(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.violations = append(s.violations, fmt.Sprintf(format, args...))
+}
+
+// run applies the plan's events at their times, heals each when it ends,
+// and returns once duration has passed.
+func (s *soak) run(plan []chaos.Event, duration time.Duration) {
+	type step struct {
+		at   time.Duration
+		heal bool
+		e    chaos.Event
+	}
+	var steps []step
+	for _, e := range plan {
+		steps = append(steps, step{e.At, false, e}, step{e.End(), true, e})
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return int(a.at - b.at) })
+	for _, st := range steps {
+		time.Sleep(time.Until(s.start.Add(st.at)))
+		if st.heal {
+			s.heal(st.e)
+		} else {
+			s.apply(st.e)
+		}
+	}
+	time.Sleep(time.Until(s.start.Add(duration)))
+}
+
+func (s *soak) apply(e chaos.Event) {
+	s.logf("apply %v", e)
+	var err error
+	switch e.Kind {
+	case chaos.KillCheckout:
+		s.checkout.Load().Kill()
+	case chaos.KillWorker:
+		s.countJobs(s.workers[e.Target])
+		s.workers[e.Target].Kill()
+	case chaos.StopWorker:
+		stopped, w := make(chan error, 1), s.workers[e.Target]
+		s.countJobs(w) // a moment early: what it does while stopping is not counted
+		go func() { stopped <- w.Stop() }()
+		s.stopping[e.Target] = stopped
+	case chaos.CrashPostgres:
+		s.crashes.Add(1)
+		err = s.pg.crash()
+	case chaos.CutDatabase:
+		s.proxy.Cut()
+	default:
+		err = s.provider.Inject(context.Background(), e.FaultJSON())
+	}
+	if err != nil {
+		s.t.Fatalf("apply %v: %v", e, err)
+	}
+}
+
+func (s *soak) heal(e chaos.Event) {
+	var err error
+	switch e.Kind {
+	case chaos.KillCheckout:
+		s.startCheckout()
+	case chaos.KillWorker:
+		s.workers[e.Target] = s.startWorker()
+	case chaos.StopWorker:
+		if err := <-s.stopping[e.Target]; err != nil {
+			s.violate("worker %d did not stop cleanly on SIGTERM: %v", e.Target, err)
+		}
+		delete(s.stopping, e.Target)
+		s.workers[e.Target] = s.startWorker()
+	case chaos.CrashPostgres:
+		err = s.pg.start()
+	case chaos.CutDatabase:
+		s.proxy.Restore()
+	default:
+		s.logf("heal  %s (ended by the simulator)", e.Kind)
+		return
+	}
+	if err != nil {
+		s.t.Fatalf("heal %v: %v", e, err)
+	}
+	s.logf("heal  %s", e.Kind)
+}
+
+// healAll makes sure nothing is left broken (every event healed itself by
+// the plan's end; this is the belt to those braces) and that every process
+// still answers /health: one that died on its own is a finding.
+func (s *soak) healAll() {
+	if err := s.provider.Heal(context.Background()); err != nil {
+		s.t.Fatal(err)
+	}
+	s.proxy.Restore()
+	procs := map[string]*proctest.Process{"paymentsim": s.sim, "checkout": s.checkout.Load()}
+	for i, w := range s.workers {
+		procs[fmt.Sprintf("worker %d", i)] = w
+	}
+	for name, p := range procs {
+		if err := healthy(p.URL); err != nil {
+			s.violate("%s is not healthy after the soak: %v\nlast logs:\n%s", name, err, tail(p.Logs(), 20))
+		}
+	}
+	s.logf("healed: provider faults cleared, database proxy restored, every process healthy")
+}
+
+// drain waits, at most within, until no order is pending or
+// pending_payment, and lists the stragglers if some still are.
+func (s *soak) drain(within time.Duration) {
+	began := time.Now()
+	ctx := context.Background()
+	for report := began; ; {
+		var open int
+		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE status IN ('pending', 'pending_payment')`).Scan(&open); err != nil {
+			s.t.Fatalf("count unsettled orders: %v", err)
+		}
+		if open == 0 {
+			s.logf("drained: every order terminal %.1fs after healing", time.Since(began).Seconds())
+			break
+		}
+		if time.Since(began) > within {
+			s.logf("%d orders still unsettled %v after healing:", open, within)
+			s.logStragglers(ctx)
+			break
+		}
+		if time.Since(report) > 10*time.Second {
+			s.logf("draining: %d orders unsettled", open)
+			report = time.Now()
+		}
+		time.Sleep(250 * time.Millisecond) // polling real processes' effect on Postgres
+	}
+	// The provider finishes charges whose callers gave up; wait for those
+	// before reading its ledger.
+	if err := s.provider.WaitIdle(ctx, 30*time.Second); err != nil {
+		s.violate("%v", err)
+	}
+}
+
+func (s *soak) logStragglers(ctx context.Context) {
+	rows, err := s.db.Query(ctx, `
+		SELECT o.id, o.status, o.created_at, o.last_attempt_at,
+		       coalesce(j.state::text, 'no job'), coalesce(j.attempt, 0), coalesce(j.scheduled_at::text, ''),
+		       coalesce(j.errors[array_length(j.errors, 1)]->>'error', '')
+		FROM orders o
+		LEFT JOIN river_job j ON j.kind = 'charge_order' AND j.args->>'order_id' = o.id::text
+		WHERE o.status IN ('pending', 'pending_payment')
+		ORDER BY o.created_at LIMIT 20`)
+	if err != nil {
+		s.t.Fatalf("list unsettled orders: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id, status, state, scheduled, lastErr string
+			created, attempted                    time.Time
+			attempt                               int
+		)
+		if err := rows.Scan(&id, &status, &created, &attempted, &state, &attempt, &scheduled, &lastErr); err != nil {
+			s.t.Fatal(err)
+		}
+		s.logf("  %s %s created +%.1fs, last attempt +%.1fs; job %s, attempt %d, scheduled %s; last error %q",
+			id, status, created.Sub(s.start).Seconds(), attempted.Sub(s.start).Seconds(), state, attempt, scheduled, lastErr)
+	}
+}
+
+// evidence reads Postgres and the provider for the audit.
+func (s *soak) evidence(exchanges []chaos.Exchange) chaos.Evidence {
+	ctx := context.Background()
+	ev := chaos.Evidence{Exchanges: exchanges, Orders: map[string]chaos.Order{}, Keys: map[string]string{}, Charges: map[string][]chaos.Charge{}}
+	rows, err := s.db.Query(ctx, `
+		SELECT id::text, status, payment_method, total, currency, coalesce(charge_id, ''), coalesce(failure_reason, '')
+		FROM orders`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for rows.Next() {
+		var o chaos.Order
+		if err := rows.Scan(&o.ID, &o.Status, &o.PaymentMethod, &o.Total, &o.Currency, &o.ChargeID, &o.FailureReason); err != nil {
+			s.t.Fatal(err)
+		}
+		ev.Orders[o.ID] = o
+	}
+	if rows.Err() != nil {
+		s.t.Fatal(rows.Err())
+	}
+	rows, err = s.db.Query(ctx, `SELECT key, order_id::text FROM idempotency_keys`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for rows.Next() {
+		var key, id string
+		if err := rows.Scan(&key, &id); err != nil {
+			s.t.Fatal(err)
+		}
+		ev.Keys[key] = id
+	}
+	if rows.Err() != nil {
+		s.t.Fatal(rows.Err())
+	}
+	if ev.Stats, err = s.provider.Stats(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+	refs := slices.Collect(maps.Keys(ev.Orders))
+	for ref := range ev.Stats.ChargesByReference {
+		if _, ok := ev.Orders[ref]; !ok {
+			refs = append(refs, ref)
+		}
+	}
+	if ev.Charges, err = s.provider.ChargesOf(ctx, refs); err != nil {
+		s.violate("provider lookups failed after healing: %v", err)
+	}
+	s.logf("audit: %d orders, %d keys, %d provider charges, %d lookups", len(ev.Orders), len(ev.Keys), ev.Stats.TotalCharges, len(refs))
+	return ev
+}
+
+// checkLookupAfter makes sure the soak's lowered LOOKUP_AFTER was sound: a
+// charge took at most the base latency, stretched by the simulator's
+// capacity model (× in-flight / 16 beyond 16 at once), plus the largest
+// injected latency. If that could reach LOOKUP_AFTER, a "no charge" answer might
+// have been overtaken by a charge landing later, and the soak's own
+// configuration — not the code — would be to blame for what it found.
+func (s *soak) checkLookupAfter(st chaos.Stats, r *chaos.Report) {
+	const capacity, base = 16, 220 * time.Millisecond // paymentsim's defaults: capacity, latency + jitter
+	longest := base*time.Duration(max(st.MaxInFlight, capacity))/capacity + chaos.MaxLatency
+	lookupAfter, _ := time.ParseDuration(soakWorkerEnv["LOOKUP_AFTER"])
+	s.logf("provider max in flight %d: a charge took at most %v; LOOKUP_AFTER %v", st.MaxInFlight, longest.Round(time.Millisecond), lookupAfter)
+	if longest >= lookupAfter {
+		r.Violations = append(r.Violations, fmt.Sprintf("the soak's LOOKUP_AFTER %v does not exceed the longest charge (%v): raise it", lookupAfter, longest))
+	}
+}
+
+// countJobs adds a worker's checkout_charge_jobs_total to s.jobs: called
+// before the soak kills or stops a worker and for the live ones at the end,
+// so the counts cover every worker process.
+func (s *soak) countJobs(w *proctest.Process) {
+	resp, err := http.Get(w.URL + "/metrics")
+	if err != nil {
+		s.logf("worker metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	const prefix = `checkout_charge_jobs_total{outcome="`
+	for sc.Scan() {
+		outcome, value, ok := strings.Cut(strings.TrimPrefix(sc.Text(), prefix), `"} `)
+		if !ok || !strings.HasPrefix(sc.Text(), prefix) {
+			continue
+		}
+		n, _ := strconv.ParseFloat(value, 64)
+		s.jobs[outcome] += int(n)
+	}
+}
+
+func joinCounts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func healthy(baseURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/health answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func tail(logs string, n int) string {
+	lines := strings.Split(strings.TrimRight(logs, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1,0 +1,172 @@
+// Package chaos is the soak behind `make chaos`: a seeded plan of faults
+// (Plan), an open-loop order load with replays and declines (Load), and the
+// audit of Postgres against the provider's ledger once everything healed
+// (Audit). It knows the services only from outside — their HTTP APIs and the
+// orders table — as a customer, an operator and an accountant would.
+//
+// The processes themselves (real binaries, a PostgreSQL cluster of its own
+// that the soak crashes, a TCP proxy in front of it) are started by the
+// soak in e2e/chaos_test.go, which applies the plan's events to them.
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Kind is a fault the soak can inject.
+type Kind string
+
+// Provider faults go through the simulator's admin API; process faults are
+// done to processes and the database.
+const (
+	ProviderLatency       Kind = "provider_latency"
+	ProviderErrorRate     Kind = "provider_error_rate"
+	ProviderHang          Kind = "provider_hang"
+	ProviderDown          Kind = "provider_down"
+	ProviderRefuse        Kind = "provider_refuse_connections"
+	ProviderLostResponses Kind = "provider_reset_after_charge"
+
+	KillCheckout  Kind = "kill_checkout"  // SIGKILL, restarted after For
+	KillWorker    Kind = "kill_worker"    // SIGKILL of worker Target, restarted after For
+	StopWorker    Kind = "sigterm_worker" // SIGTERM (graceful stop) of worker Target, restarted after For
+	CrashPostgres Kind = "crash_postgres" // pg_ctl stop -m immediate, started again after For
+	CutDatabase   Kind = "cut_database"   // the TCP proxy in front of Postgres blackholes for For
+)
+
+// Provider reports whether k is injected through the simulator.
+func (k Kind) Provider() bool {
+	switch k {
+	case ProviderLatency, ProviderErrorRate, ProviderHang, ProviderDown, ProviderRefuse, ProviderLostResponses:
+		return true
+	}
+	return false
+}
+
+// kinds is what NewPlan draws from, each equally likely.
+var kinds = []Kind{
+	ProviderLatency, ProviderErrorRate, ProviderHang, ProviderDown, ProviderRefuse, ProviderLostResponses,
+	KillCheckout, KillWorker, StopWorker, CrashPostgres, CutDatabase,
+}
+
+// Event is one fault: applied At (from the soak's start), healed For later.
+type Event struct {
+	At   time.Duration
+	For  time.Duration
+	Kind Kind
+	// Target is the worker a worker fault hits.
+	Target int
+	// Latency and ErrorRate parametrise ProviderLatency and ProviderErrorRate.
+	Latency   time.Duration
+	ErrorRate float64
+}
+
+// End is when the event is healed.
+func (e Event) End() time.Duration { return e.At + e.For }
+
+func (e Event) String() string {
+	s := fmt.Sprintf("%-28s for %v", e.Kind, e.For.Round(time.Millisecond))
+	switch e.Kind {
+	case ProviderLatency:
+		s += fmt.Sprintf(" (+%v per charge)", e.Latency)
+	case ProviderErrorRate:
+		s += fmt.Sprintf(" (%.0f%% answered 500)", e.ErrorRate*100)
+	case KillWorker, StopWorker:
+		s += fmt.Sprintf(" (worker %d)", e.Target)
+	}
+	return s
+}
+
+// FaultJSON is the body of the simulator's POST /admin/faults for a provider
+// event; the simulator ends the fault itself after For.
+func (e Event) FaultJSON() string {
+	var fault string
+	switch e.Kind {
+	case ProviderLatency:
+		fault = fmt.Sprintf(`"latency":%q`, e.Latency.String())
+	case ProviderErrorRate:
+		fault = fmt.Sprintf(`"error_rate":%.2f`, e.ErrorRate)
+	case ProviderHang:
+		fault = `"hang":true`
+	case ProviderDown:
+		fault = `"down":true`
+	case ProviderRefuse:
+		fault = `"refuse_connections":true`
+	case ProviderLostResponses:
+		fault = `"reset_after_charge":true`
+	default:
+		panic("chaos: not a provider fault: " + string(e.Kind))
+	}
+	return fmt.Sprintf(`{%s,"duration":%q}`, fault, e.For.String())
+}
+
+// MaxLatency is the most latency a ProviderLatency event adds to a charge.
+// The soak's LOOKUP_AFTER must exceed the longest a charge can then take at
+// the provider (see the soak), so it is kept modest: enough to push every
+// call past the 500 ms attempt timeout, so the provider charges what its
+// callers gave up on.
+const MaxLatency = time.Second
+
+// PlanConfig shapes a plan.
+type PlanConfig struct {
+	Seed     uint64
+	Duration time.Duration
+	Workers  int // worker processes a worker fault may hit
+}
+
+// NewPlan draws the soak's faults from the seed alone, so a seed names a
+// run: a fault every 1–4 s from t = 2 s, at most two at once and at most one
+// of them done to a process or the database (two at once would mostly show
+// that nothing works with the database and checkout both gone). Every fault
+// is healed by Duration.
+func NewPlan(cfg PlanConfig) []Event {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x636861_6f73)) // "chaos"
+	dur := func(lo, hi time.Duration) time.Duration {
+		return (lo + time.Duration(rng.Int64N(int64(hi-lo)+1))).Round(100 * time.Millisecond)
+	}
+	var plan []Event
+	for at := 2 * time.Second; ; at += dur(time.Second, 4*time.Second) {
+		e := Event{At: at, Kind: kinds[rng.IntN(len(kinds))]}
+		switch e.Kind {
+		case KillCheckout, KillWorker, StopWorker:
+			e.For = dur(500*time.Millisecond, 3*time.Second) // down until restarted
+		case CrashPostgres:
+			e.For = dur(time.Second, 4*time.Second)
+		case CutDatabase:
+			e.For = dur(2*time.Second, 5*time.Second)
+		default:
+			e.For = dur(2*time.Second, 6*time.Second)
+		}
+		switch e.Kind {
+		case ProviderLatency:
+			e.Latency = dur(300*time.Millisecond, MaxLatency)
+		case ProviderErrorRate:
+			e.ErrorRate = float64(rng.IntN(5)+2) / 10 // 20–60 %
+		case KillWorker, StopWorker:
+			e.Target = rng.IntN(max(cfg.Workers, 1))
+		}
+		if e.End() > cfg.Duration {
+			break
+		}
+		if fits(plan, e) {
+			plan = append(plan, e)
+		}
+	}
+	return plan
+}
+
+// fits reports whether e can join plan: at most two faults at once, at most
+// one of them not the provider's.
+func fits(plan []Event, e Event) bool {
+	active, processes := 0, 0
+	for _, p := range plan {
+		if p.At < e.End() && e.At < p.End() {
+			active++
+			if !p.Kind.Provider() {
+				processes++
+			}
+		}
+	}
+	return active < 2 && (e.Kind.Provider() || processes == 0)
+}
