@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment
+.PHONY: test build migrate run up lint experiment chaos
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -29,6 +29,12 @@ run: build
 ## experiment: the outage scenario for every mode at 20 and 40 req/s, stack as local processes; writes results/
 experiment:
 	GO=$(GO) scripts/experiment
+
+## chaos: randomized soak of the real binaries (provider faults, kill -9, SIGTERM, Postgres crash, cut database) on a Postgres cluster of its own, then an audit of Postgres against the provider's ledger; CHAOS_SEED, CHAOS_DURATION
+CHAOS_SEED     ?= 1
+CHAOS_DURATION ?= 5m
+chaos:
+	$(GO) test -count=1 -timeout 30m -run '^TestChaos$$' -v ./e2e -args -chaos.seed=$(CHAOS_SEED) -chaos.duration=$(CHAOS_DURATION)
 
 ## up: the whole stack in Docker
 up:
