@@ -324,10 +324,14 @@ func (s *soak) drain(within time.Duration) {
 // fast-forward is logged.
 func (s *soak) fastForward(ctx context.Context, healed time.Time) {
 	rows, err := s.db.Query(ctx, `
-		UPDATE river_job SET scheduled_at = now()
-		WHERE kind = 'charge_order' AND state = 'scheduled'
-		  AND scheduled_at > now() + interval '1 minute' AND attempted_at < $1
-		RETURNING args->>'order_id', extract(epoch FROM scheduled_at - now())::float8`, healed)
+		WITH parked AS (
+			SELECT id, scheduled_at FROM river_job
+			WHERE kind = 'charge_order' AND state = 'scheduled'
+			  AND scheduled_at > now() + interval '1 minute' AND attempted_at < $1
+			FOR UPDATE
+		)
+		UPDATE river_job j SET scheduled_at = now() FROM parked WHERE j.id = parked.id
+		RETURNING j.args->>'order_id', extract(epoch FROM parked.scheduled_at - now())::float8`, healed)
 	if err != nil {
 		s.t.Fatalf("fast-forward parked jobs: %v", err)
 	}
