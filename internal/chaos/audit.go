@@ -43,6 +43,7 @@ type Report struct {
 	ProviderCharges int
 
 	ReplaysConsistent  int // byte-identical to the first answer
+	ReplaysSpanCrash   int // of those, sent after a Postgres crash that began after the first request
 	ReplaysRecomputed  int // across a Postgres crash: same status and order, other bytes
 	ReplaysUnavailable int // no answer or 503: nothing to judge
 	Mismatches422      int
@@ -172,6 +173,9 @@ func (r *Report) auditReplay(x, first Exchange) {
 	switch {
 	case same && x.Replayed:
 		r.ReplaysConsistent++
+		if x.Crashes > first.Crashes {
+			r.ReplaysSpanCrash++
+		}
 	case x.Crashes > first.Crashes && x.Replayed && x.Status == first.Status && x.OrderID == first.OrderID:
 		r.ReplaysRecomputed++
 	default:
@@ -247,8 +251,8 @@ func (r Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "answers:  %s\n", counts(answers))
 	fmt.Fprintf(w, "orders:   %d acknowledged; stored %s\n", r.Acknowledged, counts(r.Orders))
 	fmt.Fprintf(w, "provider: %d successful charges\n", r.ProviderCharges)
-	fmt.Fprintf(w, "replays:  %d byte-identical, %d recomputed across a Postgres crash, %d unanswered (503 or no answer); %d reused keys refused 422\n",
-		r.ReplaysConsistent, r.ReplaysRecomputed, r.ReplaysUnavailable, r.Mismatches422)
+	fmt.Fprintf(w, "replays:  %d byte-identical (%d of them across a Postgres crash), %d recomputed across a crash, %d unanswered (503 or no answer); %d reused keys refused 422\n",
+		r.ReplaysConsistent, r.ReplaysSpanCrash, r.ReplaysRecomputed, r.ReplaysUnavailable, r.Mismatches422)
 	if r.OK() {
 		fmt.Fprintln(w, "audit:    no violation")
 		return

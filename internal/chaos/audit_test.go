@@ -130,6 +130,16 @@ func TestAuditAllowsARecomputedReplayAcrossACrash(t *testing.T) {
 	}
 }
 
+func TestAuditCountsByteIdenticalReplaysAcrossACrash(t *testing.T) {
+	t.Parallel()
+	ev := evidence()
+	ev.Exchanges[3].Crashes = 1
+	if r := Audit(ev); !r.OK() || r.ReplaysConsistent != 1 || r.ReplaysSpanCrash != 1 || r.ReplaysRecomputed != 0 {
+		t.Errorf("violations %q, consistent %d, across a crash %d, recomputed %d; want none, 1, 1, 0",
+			r.Violations, r.ReplaysConsistent, r.ReplaysSpanCrash, r.ReplaysRecomputed)
+	}
+}
+
 func setOrder(ev *Evidence, id string, change func(*Order)) {
 	o := ev.Orders[id]
 	change(&o)
