@@ -184,10 +184,17 @@ func (r *Report) auditReplay(x, first Exchange) {
 	}
 }
 
-// auditOrders checks every row against the provider's lookup.
+// auditOrders checks every row against its key and the provider's lookup.
 func (r *Report) auditOrders(ev Evidence) {
+	keyed := make(map[string]int, len(ev.Keys))
+	for _, id := range ev.Keys {
+		keyed[id]++
+	}
 	for _, id := range slices.Sorted(maps.Keys(ev.Orders)) {
 		o := ev.Orders[id]
+		if keyed[id] != 1 {
+			r.violate("order %s is named by %d Idempotency-Keys, want 1 (invariant 4)", id, keyed[id])
+		}
 		label := o.Status
 		if o.Status == "payment_failed" {
 			label += "/" + o.FailureReason

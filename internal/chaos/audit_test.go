@@ -96,6 +96,7 @@ func TestAuditFindsEachViolation(t *testing.T) {
 		}, "replay 3 of exchange 0"},
 		{"key reused with another body accepted", func(ev *Evidence) { ev.Exchanges[4].Status = 201 }, "reused with another body answered 201, want 422"},
 		{"one key, two orders", func(ev *Evidence) { ev.Keys["k2"] = "o1" }, "key k2: idempotency_keys names order \"o1\""},
+		{"order without its key", func(ev *Evidence) { delete(ev.Keys, "k2") }, "order o3 is named by 0 Idempotency-Keys"},
 		{"replay names another order", func(ev *Evidence) {
 			ev.Exchanges[3].Crashes, ev.Exchanges[3].OrderID = 1, "o3"
 			ev.Exchanges[3].Answer = []byte(`{"id":"o3","status":"paid","charge_id":"ch_3"}`)
