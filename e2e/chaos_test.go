@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,10 +121,8 @@ type soak struct {
 	crashes  atomic.Int32
 	jobs     map[string]int // checkout_charge_jobs_total by outcome, over every worker process
 
-	fastForwarded int // jobs made due early, see fastForward
-
-	mu         sync.Mutex
-	violations []string
+	fastForwarded int      // jobs made due early, see fastForward
+	violations    []string // found by the soak itself rather than the audit
 }
 
 func startSoak(t *testing.T) *soak {
@@ -159,13 +157,8 @@ func (s *soak) startCheckout() {
 func (s *soak) checkoutURL() string { return s.checkout.Load().URL }
 
 func (s *soak) startWorker() *proctest.Process {
-	env := map[string]string{}
-	for k, v := range s.env {
-		env[k] = v
-	}
-	for k, v := range soakWorkerEnv {
-		env[k] = v
-	}
+	env := maps.Clone(s.env)
+	maps.Copy(env, soakWorkerEnv)
 	return proctest.StartBinary(s.t, binary("worker"), nil, env)
 }
 
@@ -175,8 +168,6 @@ func (s *soak) logf(format string, args ...any) {
 }
 
 func (s *soak) violate(format string, args ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.violations = append(s.violations, fmt.Sprintf(format, args...))
 }
 
@@ -192,7 +183,7 @@ func (s *soak) run(plan []chaos.Event, duration time.Duration) {
 	for _, e := range plan {
 		steps = append(steps, step{e.At, false, e}, step{e.End(), true, e})
 	}
-	slices.SortStableFunc(steps, func(a, b step) int { return int(a.at - b.at) })
+	slices.SortStableFunc(steps, func(a, b step) int { return cmp.Compare(a.at, b.at) })
 	for _, st := range steps {
 		time.Sleep(time.Until(s.start.Add(st.at)))
 		if st.heal {
