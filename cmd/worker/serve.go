@@ -90,7 +90,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	g.Go(func() error { return runRiver(gctx, jobs, ui, cfg.ShutdownTimeout, logger) })
 	g.Go(func() error {
 		handler := routes(pool, reg, ui, cfg)
-		return httpserver.Serve(gctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+		return httpserver.Serve(gctx, httpserver.Config{Addr: cfg.HTTPAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 	})
 	return g.Wait()
 }
