@@ -499,11 +499,8 @@ func loadFacts(root string) (*facts, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.commands = []string{"serve"} // the default, and its explicit name
 		for _, m := range commandCase.FindAllStringSubmatch(string(main), -1) {
-			if !slices.Contains(b.commands, m[1]) {
-				b.commands = append(b.commands, m[1])
-			}
+			b.commands = append(b.commands, m[1])
 		}
 		sources, err := filepath.Glob(filepath.Join(root, routes, "*.go"))
 		if err != nil {
