@@ -6,6 +6,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -17,6 +18,7 @@ type config struct {
 	HTTPAddr        string
 	LogLevel        string
 	ShutdownTimeout time.Duration
+	DrainDelay      time.Duration
 	Database        database.Config
 	PaymentURL      string
 	Resilience      resilience.Config
@@ -39,6 +41,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),

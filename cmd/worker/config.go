@@ -7,6 +7,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -20,6 +21,7 @@ type config struct {
 	HTTPAddr        string
 	LogLevel        string
 	ShutdownTimeout time.Duration
+	DrainDelay      time.Duration
 	Database        database.Config
 	PaymentURL      string
 	Resilience      resilience.Config
@@ -53,6 +55,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8081"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: shutdownTimeout,
+		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
