@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -98,8 +99,8 @@ func treeCPU(root string, parent int) (time.Duration, error) {
 			continue
 		}
 		s, err := readProcStat(root, pid)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // exited since the listing: its time is in the parent's cutime
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue // exited since the listing (reading a dying process's stat gives ESRCH)
 		}
 		if err != nil {
 			return 0, err
