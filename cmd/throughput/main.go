@@ -79,6 +79,7 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 	fs.IntVar(&cfg.Connections, "connections", cfg.Connections, "wrk connections (requests in flight)")
 	fs.Var((*listFlag)(&cfg.CheckoutEnv), "checkout-env", "extra KEY=VALUE for checkout (repeatable)")
 	fs.Var((*listFlag)(&cfg.WorkerEnv), "worker-env", "extra KEY=VALUE for the worker (repeatable)")
+	fs.BoolVar(&cfg.Statements, "statements", false, "per-statement accounting from pg_stat_statements (the server must preload it)")
 	jsonPath := fs.String("json", "", "write the report as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -69,6 +69,9 @@ type Result struct {
 	PerOrder         PerOrder         `json:"per_order"`
 	OrdersInDatabase int64            `json:"orders_in_database"`
 	OrderStatuses    map[string]int64 `json:"order_statuses"`
+	// Statements is pg_stat_statements' view of the run (warm-up included),
+	// when Config.Statements is set.
+	Statements []Statement `json:"statements,omitempty"`
 }
 
 // Latency percentiles, in milliseconds, as wrk measured them.
@@ -284,7 +287,49 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		pw.printf(" %.2f | %.1f | %.2f | %.0f | %.2f |\n", p.Commits, p.WALRecords, p.WALFPI, p.WALBytes, p.WALSyncs)
 	}
 	pw.printf("\n**checkout / baseline = %.2f** (median rates; per pair: %s).\n", r.Summary.Ratio, ratios(r.Summary.PairRatios))
+	for _, variant := range []string{VariantBaseline, VariantCheckout} {
+		if last := lastRun(r.Runs, variant); last != nil && len(last.Statements) > 0 {
+			writeStatements(pw, last)
+		}
+	}
 	return pw.err
+}
+
+// statementRows is how many statements the Markdown lists per run.
+const statementRows = 12
+
+func writeStatements(pw *printer, r *Result) {
+	pw.printf("\nStatements per order, %s run %d (pg_stat_statements, warm-up included; most WAL first):\n\n", r.Variant, r.Run)
+	pw.printf("| statement | calls | rows | WAL records | WAL FPI | WAL bytes | exec ms |\n|---|---|---|---|---|---|---|\n")
+	var total Statement
+	for i, s := range r.Statements {
+		total.Calls, total.Rows, total.WALRecords = total.Calls+s.Calls, total.Rows+s.Rows, total.WALRecords+s.WALRecords
+		total.WALFPI, total.WALBytes, total.ExecMS = total.WALFPI+s.WALFPI, total.WALBytes+s.WALBytes, total.ExecMS+s.ExecMS
+		if i < statementRows {
+			pw.printf("| `%s` | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f |\n", shorten(s.Query, 100),
+				s.Calls, s.Rows, s.WALRecords, s.WALFPI, s.WALBytes, s.ExecMS)
+		}
+	}
+	pw.printf("| all %d statements | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f |\n", len(r.Statements),
+		total.Calls, total.Rows, total.WALRecords, total.WALFPI, total.WALBytes, total.ExecMS)
+}
+
+// shorten cuts a statement for a table cell; a '|' would end the cell.
+func shorten(q string, n int) string {
+	q = strings.ReplaceAll(q, "|", "\\|")
+	if r := []rune(q); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return q
+}
+
+func lastRun(runs []Result, variant string) *Result {
+	for i := len(runs) - 1; i >= 0; i-- {
+		if runs[i].Variant == variant {
+			return &runs[i]
+		}
+	}
+	return nil
 }
 
 func settingsLine(s map[string]string) string {

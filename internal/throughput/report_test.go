@@ -118,6 +118,10 @@ func TestSummarize(t *testing.T) {
 func TestWriteMarkdown(t *testing.T) {
 	t.Parallel()
 	runs := []Result{result(VariantBaseline, 1, 5000, 0.2), result(VariantCheckout, 1, 1250, 0.6)}
+	runs[1].Statements = []Statement{
+		{Query: "INSERT INTO orders (a) VALUES ($1) RETURNING a || b", Calls: 1, Rows: 1, WALRecords: 3, WALBytes: 400, ExecMS: 0.05},
+		{Query: "UPDATE orders SET status = $1", Calls: 1, Rows: 1, WALRecords: 2, WALBytes: 200, ExecMS: 0.03},
+	}
 	r := &Report{
 		Machine:  Machine{CPUModel: "Test CPU", CPUs: 2},
 		Postgres: map[string]string{"server_version": "15.9", "fsync": "on"},
@@ -135,9 +139,15 @@ func TestWriteMarkdown(t *testing.T) {
 		"| baseline | 5000 (5000–5000) | 0.20 | 1.00 | 0.200 | – | – | 0.400 | – |",
 		"| checkout | 1250 (1250–1250) | 0.80 | 4.00 | 0.600 | – | – | 1.200 | – |",
 		"**checkout / baseline = 0.25**",
+		"Statements per order, checkout run 1",
+		"| `INSERT INTO orders (a) VALUES ($1) RETURNING a \\|\\| b` | 1.00 | 1.00 | 3.00 | 0.00 | 400 | 0.050 |",
+		"| all 2 statements | 2.00 | 2.00 | 5.00 | 0.00 | 600 | 0.080 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "Statements per order, baseline") {
+		t.Errorf("Markdown lists statements for a run that has none:\n%s", out)
 	}
 }

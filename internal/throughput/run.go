@@ -55,6 +55,10 @@ type Config struct {
 	// processes (e.g. API_POOL_SIZE=64), recorded in the report.
 	CheckoutEnv, WorkerEnv []string
 
+	// Statements adds pg_stat_statements' per-statement accounting to each
+	// run; the server must preload the library.
+	Statements bool
+
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -122,6 +126,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	settings, err := c.settings(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Statements {
+		if err := c.enableStatements(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	r := &runner{cfg: cfg, cluster: c, workDir: workDir, tag: "throughput_" + randomHex(4)}
@@ -251,6 +260,11 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	if err := r.cluster.checkpoint(ctx); err != nil {
 		return Result{}, err
 	}
+	if r.cfg.Statements {
+		if err := r.cluster.resetStatements(ctx, database); err != nil {
+			return Result{}, err
+		}
+	}
 	// Postgres counters cover warm-up and measured load and are divided by
 	// the orders in the database: backends flush their statistics up to a
 	// second late while busy, completely only when they exit, so the counters
@@ -306,10 +320,17 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	if err != nil {
 		return Result{}, err
 	}
-	if acknowledged := warm.Requests + res.Requests; orders < acknowledged {
+	// Invariant 1, as a sanity check of the run: every acknowledged order is stored.
+	if acknowledged := warm.Status.Created + warm.Status.Other2xx + res.Status.Created + res.Status.Other2xx; orders < acknowledged {
 		return Result{}, fmt.Errorf("%d orders in the database, %d acknowledged", orders, acknowledged)
 	}
-	return account(variant, run, res, cpuBefore, cpuAfter, pgAfter.sub(pgBefore), orders, statuses), nil
+	result := account(variant, run, res, cpuBefore, cpuAfter, pgAfter.sub(pgBefore), orders, statuses)
+	if r.cfg.Statements {
+		if result.Statements, err = r.cluster.statements(ctx, database, orders); err != nil {
+			return Result{}, err
+		}
+	}
+	return result, nil
 }
 
 // cpuSample is every measured process's CPU time at one moment, and the
