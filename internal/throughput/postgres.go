@@ -104,18 +104,19 @@ func (c *cluster) awaitNoSessions(ctx context.Context, database string, within t
 type pgCounters struct {
 	WALRecords, WALFPI, WALBytes, WALWrites, WALSyncs int64 // pg_stat_wal: the whole cluster
 	Commits, Rollbacks                                int64 // pg_stat_database: the run's database
+	Checkpoints                                       int64 // pg_stat_bgwriter: timed and requested
 }
 
 func (c *cluster) counters(ctx context.Context, database string) (pgCounters, error) {
 	var p pgCounters
 	err := c.admin.QueryRow(ctx, `
 		SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint, w.wal_write, w.wal_sync,
-		       d.xact_commit, d.xact_rollback
-		FROM pg_stat_wal w, pg_stat_database d
+		       d.xact_commit, d.xact_rollback, b.checkpoints_timed + b.checkpoints_req
+		FROM pg_stat_wal w, pg_stat_database d, pg_stat_bgwriter b
 		WHERE d.datname = $1`, database).
-		Scan(&p.WALRecords, &p.WALFPI, &p.WALBytes, &p.WALWrites, &p.WALSyncs, &p.Commits, &p.Rollbacks)
+		Scan(&p.WALRecords, &p.WALFPI, &p.WALBytes, &p.WALWrites, &p.WALSyncs, &p.Commits, &p.Rollbacks, &p.Checkpoints)
 	if err != nil {
-		return p, fmt.Errorf("read pg_stat_wal / pg_stat_database: %w", err)
+		return p, fmt.Errorf("read pg_stat_wal / pg_stat_database / pg_stat_bgwriter: %w", err)
 	}
 	return p, nil
 }
@@ -124,7 +125,7 @@ func (p pgCounters) sub(q pgCounters) pgCounters {
 	return pgCounters{
 		WALRecords: p.WALRecords - q.WALRecords, WALFPI: p.WALFPI - q.WALFPI, WALBytes: p.WALBytes - q.WALBytes,
 		WALWrites: p.WALWrites - q.WALWrites, WALSyncs: p.WALSyncs - q.WALSyncs,
-		Commits: p.Commits - q.Commits, Rollbacks: p.Rollbacks - q.Rollbacks,
+		Commits: p.Commits - q.Commits, Rollbacks: p.Rollbacks - q.Rollbacks, Checkpoints: p.Checkpoints - q.Checkpoints,
 	}
 }
 
