@@ -104,29 +104,39 @@ func (c *cluster) awaitNoSessions(ctx context.Context, database string, within t
 type pgCounters struct {
 	WALRecords, WALFPI, WALBytes, WALWrites, WALSyncs int64 // pg_stat_wal: the whole cluster
 	Commits, Rollbacks                                int64 // pg_stat_database: the run's database
-	Checkpoints                                       int64 // pg_stat_bgwriter: timed and requested
+	// CheckpointLSN is where the latest completed checkpoint starts, from
+	// the control file: exact at once, where pg_stat_bgwriter's counts
+	// arrive when the checkpointer next reports.
+	CheckpointLSN string
 }
 
 func (c *cluster) counters(ctx context.Context, database string) (pgCounters, error) {
 	var p pgCounters
 	err := c.admin.QueryRow(ctx, `
 		SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint, w.wal_write, w.wal_sync,
-		       d.xact_commit, d.xact_rollback, b.checkpoints_timed + b.checkpoints_req
-		FROM pg_stat_wal w, pg_stat_database d, pg_stat_bgwriter b
+		       d.xact_commit, d.xact_rollback, c.checkpoint_lsn::text
+		FROM pg_stat_wal w, pg_stat_database d, pg_control_checkpoint() c
 		WHERE d.datname = $1`, database).
-		Scan(&p.WALRecords, &p.WALFPI, &p.WALBytes, &p.WALWrites, &p.WALSyncs, &p.Commits, &p.Rollbacks, &p.Checkpoints)
+		Scan(&p.WALRecords, &p.WALFPI, &p.WALBytes, &p.WALWrites, &p.WALSyncs, &p.Commits, &p.Rollbacks, &p.CheckpointLSN)
 	if err != nil {
-		return p, fmt.Errorf("read pg_stat_wal / pg_stat_database / pg_stat_bgwriter: %w", err)
+		return p, fmt.Errorf("read pg_stat_wal / pg_stat_database / pg_control_checkpoint: %w", err)
 	}
 	return p, nil
 }
 
-func (p pgCounters) sub(q pgCounters) pgCounters {
-	return pgCounters{
+// pgDelta is what happened between two readings of the counters.
+type pgDelta struct {
+	pgCounters
+	// Checkpointed says a checkpoint completed in between.
+	Checkpointed bool
+}
+
+func (p pgCounters) sub(q pgCounters) pgDelta {
+	return pgDelta{Checkpointed: p.CheckpointLSN != q.CheckpointLSN, pgCounters: pgCounters{
 		WALRecords: p.WALRecords - q.WALRecords, WALFPI: p.WALFPI - q.WALFPI, WALBytes: p.WALBytes - q.WALBytes,
 		WALWrites: p.WALWrites - q.WALWrites, WALSyncs: p.WALSyncs - q.WALSyncs,
-		Commits: p.Commits - q.Commits, Rollbacks: p.Rollbacks - q.Rollbacks, Checkpoints: p.Checkpoints - q.Checkpoints,
-	}
+		Commits: p.Commits - q.Commits, Rollbacks: p.Rollbacks - q.Rollbacks,
+	}}
 }
 
 // orderCounts counts the orders a run left in its database, by status.
