@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment
+.PHONY: test build migrate run up lint experiment bench
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -29,6 +29,10 @@ run: build
 ## experiment: the outage scenario for every mode at 20 and 40 req/s, stack as local processes; writes results/
 experiment:
 	GO=$(GO) scripts/experiment
+
+## bench: orders/s of the real binaries against a one-transaction baseline, on a PostgreSQL 15 of its own at default settings; writes results/ (flags: BENCH_FLAGS="-runs 5")
+bench:
+	GO=$(GO) scripts/throughput $(BENCH_FLAGS)
 
 ## up: the whole stack in Docker
 up:
