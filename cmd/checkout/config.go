@@ -17,6 +17,7 @@ import (
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
+	DebugAddr       string
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 	Database        database.Config
@@ -40,6 +41,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),

@@ -71,7 +71,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
 	}
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", redacted(cfg.PaymentURL))
-	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 }
 
 // newPools returns the API pool and the pool /health is served from: its own

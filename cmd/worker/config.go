@@ -20,6 +20,7 @@ import (
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
+	DebugAddr       string
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 	Database        database.Config
@@ -51,9 +52,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	charge, schedule := worker.DefaultChargePolicy(), worker.DefaultSchedule()
 	shutdownTimeout := env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute)
+	// The worker is always protected (see workerResilienceDefaults); a
+	// value meant for checkout's experiment must not pass silently here.
+	env.OneOf("RESILIENCE_MODE", "protected", "protected")
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8081"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
 		ShutdownTimeout: shutdownTimeout,
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),

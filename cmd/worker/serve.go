@@ -49,7 +49,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(gctx) })
 	g.Go(func() error {
-		return httpserver.Serve(gctx, httpserver.Config{Addr: cfg.HTTPAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+		return httpserver.Serve(gctx, httpserver.Config{Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 	})
 	return g.Wait()
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// WriteTimeout must exceed the slowest legitimate response; handlers
 	// enforce their own, tighter deadlines.
 	WriteTimeout time.Duration
+	// DebugAddr, when set, is a second listener serving pprof (DebugHandler),
+	// e.g. 127.0.0.1:6060 (DEBUG_ADDR). Empty: no profiling endpoint at all.
+	DebugAddr string
 }
 
 // Serve listens on cfg.Addr, logs the bound address (tests start servers on
@@ -57,6 +60,14 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler, logger *slog.L
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	if cfg.DebugAddr != "" {
+		stop, err := serveDebug(ctx, cfg.DebugAddr, logger)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
 	}
 	return serve(ctx, ln, cfg, handler, logger)
 }
