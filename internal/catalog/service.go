@@ -14,6 +14,9 @@ import (
 	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
+// errPanicked is a catalog lookup that panicked: a bug.
+var errPanicked = errors.New("lookup panicked")
+
 // Options carries what a Service needs besides its Config.
 type Options struct {
 	// Metrics receives the cache's metrics; nil keeps them unregistered.
@@ -147,7 +150,9 @@ func (s *Service) Lookup(ctx context.Context, skus []string) (Quote, error) {
 	var cause error
 	for batch := range slices.Chunk(missing, maxBatch) {
 		answers, err := s.request(ctx, batch)
-		if errors.Is(err, errRejected) {
+		if errors.Is(err, errRejected) || errors.Is(err, errPanicked) {
+			// Our bug, not the catalog's trouble: a stale answer would
+			// hide it until the staleness bound turned it into 503s.
 			return Quote{}, err
 		}
 		if err == nil {
@@ -235,7 +240,7 @@ func (s *Service) fly(ctx context.Context, skus []string) (answers map[string]en
 		// lookup's error instead, as a handler panic would be.
 		if r := recover(); r != nil {
 			s.log.ErrorContext(ctx, "catalog lookup panicked", "panic", r)
-			answers, err = nil, fmt.Errorf("catalog: lookup panicked: %v", r)
+			answers, err = nil, fmt.Errorf("catalog: %w: %v", errPanicked, r)
 		}
 	}()
 	s.metrics.requests.Inc()
