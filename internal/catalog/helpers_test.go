@@ -82,7 +82,7 @@ type bundle struct {
 // setup builds a Service with the default config (changed by edit, if
 // given) around a fake catalog holding SKU-1 and SKU-2. The policy draws
 // no jitter, so open durations and backoffs are exact.
-func setup(t *testing.T, edit func(*Config)) *bundle {
+func setup(t testing.TB, edit func(*Config)) *bundle {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.URL = "http://catalog.invalid"

@@ -33,14 +33,14 @@ type Options struct {
 // catalog's policy, and checks orders against them. It is safe for
 // concurrent use; build one per process and share it.
 type Service struct {
-	cfg     Config
-	policy  *resilience.Policy
-	fetch   func(context.Context, []string) (Quote, error) // one attempt
-	close   func()
-	cache   *cache
-	flights singleflight.Group
-	metrics *Metrics
-	log     *slog.Logger
+	cfg       Config
+	policy    *resilience.Policy
+	fetch     func(context.Context, []string) (Quote, error) // one attempt
+	closeIdle func()
+	cache     *cache
+	flights   singleflight.Group
+	metrics   *Metrics
+	log       *slog.Logger
 }
 
 // New builds the Service for the catalog at cfg.URL: an HTTP client with
@@ -68,14 +68,14 @@ func New(cfg Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s := newService(cfg, policy, c.prices, opts)
-	s.close = c.closeIdleConnections
+	s.closeIdle = c.closeIdleConnections
 	return s, nil
 }
 
 // newService builds a Service around fetch, one attempt at the catalog;
 // tests pass a fake one.
 func newService(cfg Config, policy *resilience.Policy, fetch func(context.Context, []string) (Quote, error), opts Options) *Service {
-	s := &Service{cfg: cfg, policy: policy, fetch: fetch, close: func() {}, metrics: opts.Metrics, log: opts.Logger}
+	s := &Service{cfg: cfg, policy: policy, fetch: fetch, closeIdle: func() {}, metrics: opts.Metrics, log: opts.Logger}
 	if s.metrics == nil {
 		s.metrics, _ = NewMetrics(nil) // cannot fail without a registry
 	}
@@ -88,7 +88,7 @@ func newService(cfg Config, policy *resilience.Policy, fetch func(context.Contex
 
 // CloseIdleConnections closes kept-alive connections to the catalog, for
 // shutdown.
-func (s *Service) CloseIdleConnections() { s.close() }
+func (s *Service) CloseIdleConnections() { s.closeIdle() }
 
 // Check looks up the prices of o's SKUs and checks o against them. It
 // returns the quote it used — also with a *MismatchError, so the caller can
