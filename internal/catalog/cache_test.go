@@ -278,3 +278,27 @@ func TestPartialOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestBulkheadFullFallsBack: a lookup that finds every catalog slot taken
+// is answered from the cache at once, or gets the unavailable error.
+func TestBulkheadFullFallsBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.Resilience.BulkheadSize, c.Resilience.BulkheadWait = 1, 0 })
+		b.lookup(t, "SKU-2")
+		advance(b.cfg.TTL)
+		b.cat.set(func(f *fakeCatalog) { f.delay = 300 * time.Millisecond })
+		go b.svc.Lookup(t.Context(), []string{"SKU-1"}) // holds the only slot
+		synctest.Wait()
+
+		start := time.Now()
+		if q, err := b.svc.Lookup(t.Context(), []string{"SKU-2"}); err != nil || !q.Stale || time.Since(start) != 0 {
+			t.Errorf("expired SKU, bulkhead full: got %+v, %v after %v, want stale at once", q, err, time.Since(start))
+		}
+		_, err := b.svc.Lookup(t.Context(), []string{"SKU-3"})
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, resilience.ErrBulkheadFull) {
+			t.Errorf("cold SKU, bulkhead full: got %v, want ErrUnavailable wrapping ErrBulkheadFull", err)
+		}
+		advance(300 * time.Millisecond)
+	})
+}
