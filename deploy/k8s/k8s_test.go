@@ -294,6 +294,31 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 			wantErr: "Deployment checkout: topology spread constraint 2 selects other pods than its own",
 		},
 		{
+			name: "Deployment selector misses its own pods", file: paymentsim,
+			old: "    metadata:\n      labels:\n        app.kubernetes.io/name: paymentsim", new: "    metadata:\n      labels:\n        app.kubernetes.io/name: simulator",
+			wantErr: "Deployment paymentsim: selector app.kubernetes.io/name=paymentsim does not match its pod template's labels",
+		},
+		{
+			name: "migration against another database", file: workerYAML,
+			old: "                  name: checkout-database", new: "                  name: worker-database",
+			wantErr: "Deployment worker, init container migrate: migrates DATABASE_URL from Secret worker-database, the app uses Secret checkout-database-",
+		},
+		{
+			name: "third-party image not pinned", file: postgres,
+			old: "image: postgres:17-alpine", new: "image: postgres:latest",
+			wantErr: `StatefulSet postgres, container postgres: image "postgres:latest" is not pinned to a release`,
+		},
+		{
+			name: "no CPU request", file: workerYAML,
+			old: "              cpu: 50m\n", new: "",
+			wantErr: "Deployment worker, init container migrate: no CPU request",
+		},
+		{
+			name: "root user", file: postgres,
+			old: "runAsUser: 70 #", new: "runAsUser: 0 #",
+			wantErr: "StatefulSet postgres, container postgres: runAsUser 0",
+		},
+		{
 			name: "more replicas than Postgres has connections for", file: checkoutYAML,
 			old: "  replicas: 3\n", new: "  replicas: 6\n",
 			wantErr: "connections: up to 173 (replicas and surge × DB_MAX_CONNS, workers' LISTEN included) > max_connections 150 - 3 reserved",

@@ -5,7 +5,8 @@
 // must never get a healthy process restarted, which would turn a partial
 // outage into a full one. Readiness reflects only what this process needs to
 // accept work durably (the database), never the payment provider, whose
-// outages the service is built to absorb.
+// outages the service is built to absorb. A process that has been asked to
+// stop answers readiness with ShuttingDown while it drains.
 package health
 
 import (

@@ -17,11 +17,12 @@ import (
 )
 
 // DefaultDrainDelay is the drain the binaries use unless SHUTDOWN_DRAIN_DELAY
-// says otherwise. Endpoint changes usually reach kube-proxy and ingress
-// controllers within a second or two; a load balancer that follows the
-// readiness probe instead notices after period × failureThreshold, 2 s × 2
-// in deploy/k8s. 5 s covers both with a margin. Cloud load balancers that
-// deregister targets slowly need more (and a longer grace period).
+// says otherwise. Kubernetes puts no bound on how late kube-proxy and
+// ingress controllers learn that a pod is terminating (the usual advice, a
+// preStop sleep, is 5–15 s); a load balancer that follows the readiness
+// probe notices after period × failureThreshold, 2 s × 2 in deploy/k8s.
+// 5 s covers the probe with a margin. Cloud load balancers that deregister
+// targets slowly need more, and a longer grace period with it.
 const DefaultDrainDelay = 5 * time.Second
 
 // Config holds the server's limits. Zero values get the defaults below.
