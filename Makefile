@@ -4,7 +4,7 @@
 
 GO       ?= go
 BIN      := bin
-BINARIES := checkout worker paymentsim
+BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 

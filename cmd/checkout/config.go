@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
@@ -26,6 +27,7 @@ type config struct {
 	APIPool         resilience.PoolConfig
 	HealthPool      resilience.PoolConfig
 	Orders          order.Config
+	Catalog         catalog.Config // URL empty: no price check
 }
 
 func resilienceDefaults(mode resilience.Mode) resilience.Config {
@@ -61,6 +63,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 			KeyRetention:  env.Duration("PROVIDER_KEY_RETENTION", orders.KeyRetention, time.Second, 365*24*time.Hour),
 		},
 	}
+	cat := catalog.DefaultConfig()
+	cfg.Catalog = catalog.Config{
+		URL:          env.OptionalURL("CATALOG_URL", "http", "https"),
+		TTL:          env.Duration("CATALOG_TTL", cat.TTL, time.Second, 24*time.Hour),
+		MaxStaleness: env.Duration("CATALOG_MAX_STALENESS", cat.MaxStaleness, 0, 7*24*time.Hour),
+		CacheSize:    cat.CacheSize,
+		Budget:       cat.Budget,
+		Resilience:   cat.Resilience,
+	}
+	// The catalog's policy follows the mode, as the payment's does.
+	cfg.Catalog.Resilience.Mode = cfg.Resilience.Mode
 	// Without protection there is no fallback, and in mode none no deadline
 	// on the charge either: the experiment compares.
 	cfg.Orders.Fallback = cfg.Resilience.Mode == resilience.ModeProtected
@@ -72,6 +85,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if err := cfg.Resilience.Validate(); err != nil {
 		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
+	}
+	if cfg.Catalog.URL != "" {
+		if err := cfg.Catalog.Validate(); err != nil {
+			return cfg, fmt.Errorf("CATALOG_* settings: %w", err)
+		}
 	}
 	return cfg, nil
 }

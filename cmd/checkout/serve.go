@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
@@ -55,11 +56,26 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return fmt.Errorf("river client: %w", err)
 	}
 
+	orders := order.NewService(pool, payer.New(provider), jobs, cfg.Orders, logger)
+	if cfg.Catalog.URL != "" {
+		catalogMetrics, err := catalog.NewMetrics(reg)
+		if err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		prices, err := catalog.New(cfg.Catalog, catalog.Options{Metrics: catalogMetrics, Resilience: resilienceMetrics, Logger: logger})
+		if err != nil {
+			return err
+		}
+		orders.WithPriceCheck(prices)
+	} else {
+		logger.WarnContext(ctx, "CATALOG_URL is not set: item prices from clients are trusted")
+	}
+
 	handler := api.NewServer(api.Deps{
 		Logger:     logger,
 		Registry:   reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, payer.New(provider), jobs, cfg.Orders, logger),
+		Orders:     orders,
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool,
 		HealthPool: healthPool,

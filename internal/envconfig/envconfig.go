@@ -150,3 +150,12 @@ func (r *Reader) OptionalAddr(name string) string {
 	}
 	return r.Addr(name, "")
 }
+
+// OptionalURL is URL for a dependency that is off unless the variable is
+// set: it returns "" when unset.
+func (r *Reader) OptionalURL(name string, schemes ...string) string {
+	if r.lookup(name) == "" {
+		return ""
+	}
+	return r.URL(name, "", schemes...)
+}

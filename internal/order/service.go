@@ -84,16 +84,24 @@ type JobInserter interface {
 
 // Service runs the checkout flow.
 type Service struct {
-	db    *pgxpool.Pool
-	payer Payer
-	jobs  JobInserter
-	cfg   Config
-	log   *slog.Logger
+	db     *pgxpool.Pool
+	payer  Payer
+	jobs   JobInserter
+	prices PriceChecker // nil: prices are trusted (no CATALOG_URL)
+	cfg    Config
+	log    *slog.Logger
 }
 
 // NewService wires the flow's dependencies.
 func NewService(db *pgxpool.Pool, payer Payer, jobs JobInserter, cfg Config, log *slog.Logger) *Service {
 	return &Service{db: db, payer: payer, jobs: jobs, cfg: cfg, log: log}
+}
+
+// WithPriceCheck makes Place check every new order's prices with prices
+// before writing it.
+func (s *Service) WithPriceCheck(prices PriceChecker) *Service {
+	s.prices = prices
+	return s
 }
 
 // Placed is the outcome of Place: the order as the request's answer shows
@@ -108,6 +116,8 @@ type Placed struct {
 	Replayed bool
 	// RetryAfter hints when a deferred order is worth polling.
 	RetryAfter time.Duration
+	// Prices says how the order's prices were checked (not for replays).
+	Prices PriceCheck
 }
 
 // placement carries one request through the flow.
@@ -131,6 +141,17 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 	if err != nil {
 		return Placed{}, err
 	}
+	var prices PriceCheck
+	if s.prices != nil {
+		if prices, err = s.prices.CheckPrices(ctx, req.Currency, req.Items); err != nil {
+			// A replay repeats its first answer whatever the catalog says
+			// now; only a new order is refused.
+			if replay, ok := s.replay(ctx, key, req); ok {
+				return replay, nil
+			}
+			return Placed{}, err
+		}
+	}
 	p, claim, err := s.begin(ctx, key, req, total)
 	if err != nil {
 		return Placed{}, classifyDBError(err)
@@ -143,11 +164,29 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 	case idempotency.Mismatch:
 		return Placed{}, ErrKeyReused
 	}
+	var placed Placed
 	if p.order.Status.Terminal() {
 		// A resumed request whose order the worker settled meanwhile.
-		return s.settle(ctx, p, Settlement{Status: p.order.Status})
+		placed, err = s.settle(ctx, p, Settlement{Status: p.order.Status})
+	} else {
+		placed, err = s.charge(ctx, p)
 	}
-	return s.charge(ctx, p)
+	placed.Prices = prices
+	return placed, err
+}
+
+// replay returns the stored answer of key if it has one for this request.
+func (s *Service) replay(ctx context.Context, key string, req PlaceRequest) (Placed, bool) {
+	var claim keyClaim
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		claim, err = peekKey(ctx, tx, key, req.Fingerprint())
+		return err
+	})
+	if err != nil || claim.state != idempotency.Finished {
+		return Placed{}, false
+	}
+	return Placed{Order: claim.answer, Replayed: true}, true
 }
 
 // begin is step 1. Its common case — a new key — is one statement. A key

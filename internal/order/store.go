@@ -86,6 +86,16 @@ type keyClaim struct {
 // this request may do with it. If the key's lock expired before an answer
 // was stored, the request takes it over (Resumed), locking it for lockFor.
 func lookupKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockFor time.Duration) (keyClaim, error) {
+	return readKey(ctx, tx, key, fingerprint, lockFor, true)
+}
+
+// peekKey is lookupKey without taking anything over: it only says whether
+// the key has a stored answer (Finished) for this request.
+func peekKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte) (keyClaim, error) {
+	return readKey(ctx, tx, key, fingerprint, 0, false)
+}
+
+func readKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockFor time.Duration, resume bool) (keyClaim, error) {
 	var (
 		storedFingerprint []byte
 		hasOrder, locked  bool
@@ -120,6 +130,8 @@ func lookupKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, l
 		// Only a key claimed by an older release, before its order was
 		// written, can get here; there is nothing to resume.
 		return keyClaim{}, fmt.Errorf("idempotency key without an order")
+	case !resume:
+		return keyClaim{state: idempotency.Resumed}, nil
 	default:
 		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $2) WHERE key = $1`,
 			key, lockFor.Seconds()); err != nil {
