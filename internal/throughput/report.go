@@ -17,6 +17,7 @@ type Report struct {
 	Machine     Machine           `json:"machine"`
 	Postgres    map[string]string `json:"postgres_settings"`
 	Load        Load              `json:"load"`
+	Baseline    string            `json:"baseline_mode"`
 	CheckoutEnv []string          `json:"checkout_env,omitempty"`
 	WorkerEnv   []string          `json:"worker_env,omitempty"`
 	Runs        []Result          `json:"runs"`
@@ -259,6 +260,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	l := r.Load
 	pw.printf("Load: %s -t%d -c%d, %g s after a %g s warm-up (timeout %g s), %d interleaved pairs; every request a valid order with its own Idempotency-Key; each run on a fresh database cloned from one migrated template, after a CHECKPOINT.\n",
 		l.Tool, l.Threads, l.Connections, l.DurationSeconds, l.WarmupSeconds, l.TimeoutSeconds, l.Pairs)
+	pw.printf("Baseline: %s (`throughput baseline`, pool of %d); checkout: checkout + worker + paymentsim at their defaults, PAYMENTSIM_LATENCY=0s, PAYMENTSIM_JITTER=0s.\n",
+		baselineDescription(r.Baseline), BaselinePoolSize)
 	if len(r.CheckoutEnv)+len(r.WorkerEnv) > 0 {
 		pw.printf("Settings changed: checkout %v, worker %v.\n", r.CheckoutEnv, r.WorkerEnv)
 	}
@@ -325,6 +328,15 @@ func shorten(q string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return q
+}
+
+func baselineDescription(mode string) string {
+	switch mode {
+	case BaselinePipelined:
+		return "BEGIN, INSERT order, INSERT River job row, COMMIT as one pipelined batch (one round trip)"
+	default:
+		return "BEGIN, INSERT order, River InsertTx, COMMIT (four round trips)"
+	}
 }
 
 func yesNo(b bool) string {
