@@ -67,7 +67,7 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 	exe, _ := os.Executable()
 	fs := flag.NewFlagSet("throughput", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "maintenance database of the PostgreSQL under test, superuser, on this machine (default $DATABASE_URL)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "maintenance database of the PostgreSQL under test, superuser, on this machine (default $DATABASE_URL)")
 	fs.StringVar(&cfg.Bin, "bin", filepath.Dir(exe), "directory holding the checkout, worker, paymentsim and throughput binaries")
 	fs.StringVar(&cfg.Wrk, "wrk", cfg.Wrk, "wrk binary")
 	fs.StringVar(&cfg.WorkDir, "logs", "", "directory for the processes' logs (default: a temporary directory, removed)")
@@ -82,8 +82,13 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 	fs.Var((*listFlag)(&cfg.WorkerEnv), "worker-env", "extra KEY=VALUE for the worker (repeatable)")
 	fs.BoolVar(&cfg.Statements, "statements", false, "per-statement accounting from pg_stat_statements (the server must preload it)")
 	jsonPath := fs.String("json", "", "write the report as JSON to this file")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return err
+	}
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = getenv("DATABASE_URL")
 	}
 	cfg.Progress = stderr
 

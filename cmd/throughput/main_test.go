@@ -143,3 +143,16 @@ func TestRunRejectsBadArguments(t *testing.T) {
 		}
 	}
 }
+
+func TestRunFlagsDefaults(t *testing.T) {
+	t.Parallel()
+	if err := run(context.Background(), []string{"throughput", "-h"}, func(string) string { return "" }, io.Discard, io.Discard); err != nil {
+		t.Errorf("-h: %v, want nil", err)
+	}
+	// DATABASE_URL is the default database: the error is about the runs, not the URL.
+	env := func(k string) string { return map[string]string{"DATABASE_URL": "postgres://x/y"}[k] }
+	err := run(context.Background(), []string{"throughput", "-runs", "0"}, env, io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "database URL") || !strings.Contains(err.Error(), "runs must be at least 1") {
+		t.Errorf("with DATABASE_URL set: %v, want only the runs rejected", err)
+	}
+}
