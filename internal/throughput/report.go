@@ -143,6 +143,21 @@ type Summary struct {
 	// PairRatios is checkout/baseline within each interleaved pair, for the
 	// spread.
 	PairRatios []float64 `json:"pair_ratios"`
+	// CPURatio is the baseline's CPU per order over the checkout's (every
+	// process of the run, wrk included; medians): the rate ratio a CPU-bound
+	// machine would show. It depends less than the rates on how much CPU
+	// other work leaves the run. PairCPURatios is the same per pair.
+	CPURatio      float64   `json:"cpu_ratio"`
+	PairCPURatios []float64 `json:"pair_cpu_ratios"`
+}
+
+// totalCPU is a run's CPU per order over all its processes.
+func totalCPU(cpu map[string]float64) float64 {
+	var t float64
+	for _, v := range cpu {
+		t += v
+	}
+	return t
 }
 
 // VariantSummary is the median of each figure over one variant's runs (the
@@ -232,6 +247,13 @@ func summarize(runs []Result) Summary {
 		if base[i].OrdersPerSecond > 0 {
 			s.PairRatios = append(s.PairRatios, check[i].OrdersPerSecond/base[i].OrdersPerSecond)
 		}
+		if c := totalCPU(check[i].CPUMSPerOrder); c > 0 {
+			s.PairCPURatios = append(s.PairCPURatios, totalCPU(base[i].CPUMSPerOrder)/c)
+		}
+	}
+	baseCPU := medianOf(base, func(r Result) float64 { return totalCPU(r.CPUMSPerOrder) })
+	if checkCPU := medianOf(check, func(r Result) float64 { return totalCPU(r.CPUMSPerOrder) }); checkCPU > 0 {
+		s.CPURatio = baseCPU / checkCPU
 	}
 	return s
 }
@@ -293,7 +315,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p := v.s.PerOrder
 		pw.printf(" %.2f | %.1f | %.2f | %.0f | %.2f |\n", p.Commits, p.WALRecords, p.WALFPI, p.WALBytes, p.WALSyncs)
 	}
-	pw.printf("\n**checkout / baseline = %.2f** (median rates; per pair: %s).\n", r.Summary.Ratio, ratios(r.Summary.PairRatios))
+	pw.printf("\n**checkout / baseline = %.2f** (median rates; per pair: %s). CPU per order, baseline / checkout (all processes of a run, wrk included): %.2f (per pair: %s).\n",
+		r.Summary.Ratio, ratios(r.Summary.PairRatios), r.Summary.CPURatio, ratios(r.Summary.PairCPURatios))
 	for _, variant := range []string{VariantBaseline, VariantCheckout} {
 		if last := lastRun(r.Runs, variant); last != nil && len(last.Statements) > 0 {
 			writeStatements(pw, last)
