@@ -258,17 +258,32 @@ func summarize(runs []Result) Summary {
 	return s
 }
 
-// cpuColumns are the processes the Markdown tables show, in this order.
+// cpuColumns are the processes the Markdown tables show, in this order;
+// "server" is the one taking the load (the baseline server or checkout).
 var cpuColumns = []string{"server", "worker", "paymentsim", "postgres", "wrk"}
 
-// serverCPU is the CPU of the process taking the load: the baseline server
-// or checkout.
-func serverCPU(variant string, cpu map[string]float64, col string) (float64, bool) {
-	if col == "server" {
-		col = variant
+const (
+	accountingHeader  = "CPU ms: server | worker | paymentsim | postgres | wrk | commits | WAL records | WAL FPI | WAL bytes | WAL syncs"
+	accountingColumns = 10
+)
+
+// accountingCells renders a run's (or a median's) per-order accounting, the
+// columns of accountingHeader.
+func accountingCells(variant string, cpu map[string]float64, p PerOrder) string {
+	cells := make([]string, 0, accountingColumns)
+	for _, col := range cpuColumns {
+		if col == "server" {
+			col = variant
+		}
+		if c, ok := cpu[col]; ok {
+			cells = append(cells, fmt.Sprintf("%.3f", c))
+		} else {
+			cells = append(cells, "–")
+		}
 	}
-	v, ok := cpu[col]
-	return v, ok
+	cells = append(cells, fmt.Sprintf("%.2f", p.Commits), fmt.Sprintf("%.1f", p.WALRecords), fmt.Sprintf("%.2f", p.WALFPI),
+		fmt.Sprintf("%.0f", p.WALBytes), fmt.Sprintf("%.2f", p.WALSyncs))
+	return strings.Join(cells, " | ")
 }
 
 // WriteMarkdown renders the report: settings, every run, the medians with
@@ -287,15 +302,17 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if len(r.CheckoutEnv)+len(r.WorkerEnv) > 0 {
 		pw.printf("Settings changed: checkout %v, worker %v.\n", r.CheckoutEnv, r.WorkerEnv)
 	}
-	pw.printf("\n| run | orders/s | p50 ms | p99 ms | 2xx not 201 | checkpoint in run | machine busy | other processes |\n|---|---|---|---|---|---|---|---|\n")
+	pw.printf("\nCPU ms per order during the measured load; database work per order over warm-up and load, divided by the orders stored.\n\n")
+	pw.printf("| run | orders/s | p50 ms | p99 ms | %s | 2xx not 201 | checkpoint in run | machine busy | other processes |\n", accountingHeader)
+	pw.printf("|---|---|---|---|%s---|---|---|---|\n", strings.Repeat("---|", accountingColumns))
 	for _, x := range r.Runs {
-		pw.printf("| %s %d | %.0f | %.2f | %.2f | %d | %s | %.0f %% | %.0f %% |\n", x.Variant, x.Run, x.OrdersPerSecond,
-			x.LatencyMS.P50, x.LatencyMS.P99, x.Other2xx, yesNo(x.Checkpointed), 100*x.MachineBusy, 100*x.OtherCPU)
+		pw.printf("| %s %d | %.0f | %.2f | %.2f | %s | %d | %s | %.0f %% | %.0f %% |\n", x.Variant, x.Run, x.OrdersPerSecond,
+			x.LatencyMS.P50, x.LatencyMS.P99, accountingCells(x.Variant, x.CPUMSPerOrder, x.PerOrder),
+			x.Other2xx, yesNo(x.Checkpointed), 100*x.MachineBusy, 100*x.OtherCPU)
 	}
 
-	pw.printf("\nPer order, medians (CPU ms during the measured load; database work over warm-up and load, divided by the orders stored):\n\n")
-	pw.printf("| | orders/s (range) | p50 ms | p99 ms | CPU ms: server | worker | paymentsim | postgres | wrk | commits | WAL records | WAL FPI | WAL bytes | WAL syncs |\n")
-	pw.printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	pw.printf("\nMedians:\n\n| | orders/s (range) | p50 ms | p99 ms | %s |\n", accountingHeader)
+	pw.printf("|---|---|---|---|%s\n", strings.Repeat("---|", accountingColumns))
 	for _, v := range []struct {
 		name string
 		s    VariantSummary
@@ -303,17 +320,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if v.s.Runs == 0 {
 			continue
 		}
-		pw.printf("| %s | %.0f (%.0f–%.0f) | %.2f | %.2f |", v.name, v.s.OrdersPerSecond, v.s.MinRate, v.s.MaxRate,
-			v.s.LatencyP50MS, v.s.LatencyP99MS)
-		for _, col := range cpuColumns {
-			if c, ok := serverCPU(v.name, v.s.CPUMSPerOrder, col); ok {
-				pw.printf(" %.3f |", c)
-			} else {
-				pw.printf(" – |")
-			}
-		}
-		p := v.s.PerOrder
-		pw.printf(" %.2f | %.1f | %.2f | %.0f | %.2f |\n", p.Commits, p.WALRecords, p.WALFPI, p.WALBytes, p.WALSyncs)
+		pw.printf("| %s | %.0f (%.0f–%.0f) | %.2f | %.2f | %s |\n", v.name, v.s.OrdersPerSecond, v.s.MinRate, v.s.MaxRate,
+			v.s.LatencyP50MS, v.s.LatencyP99MS, accountingCells(v.name, v.s.CPUMSPerOrder, v.s.PerOrder))
 	}
 	pw.printf("\n**checkout / baseline = %.2f** (median rates; per pair: %s). CPU per order, baseline / checkout (all processes of a run, wrk included): %.2f (per pair: %s).\n",
 		r.Summary.Ratio, ratios(r.Summary.PairRatios), r.Summary.CPURatio, ratios(r.Summary.PairCPURatios))

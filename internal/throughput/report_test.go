@@ -144,7 +144,7 @@ func TestWriteMarkdown(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"Test CPU, 2 CPUs", "PostgreSQL 15.9: fsync=on.", "wrk -t2 -c32, 10 s after a 2 s warm-up",
-		"| baseline 1 | 5000 | 0.20 | 1.00 | 0 | no |", "| checkout 1 | 1250 |",
+		"| baseline 1 | 5000 | 0.20 | 1.00 | 0.200 | – | – | 0.400 | – | 1.00 | 10.0 | 0.00 | 0 | 0.00 | 0 | no |", "| checkout 1 | 1250 | 0.80 | 4.00 | 0.600 | – | – | 1.200 | – |",
 		"| baseline | 5000 (5000–5000) | 0.20 | 1.00 | 0.200 | – | – | 0.400 | – |",
 		"| checkout | 1250 (1250–1250) | 0.80 | 4.00 | 0.600 | – | – | 1.200 | – |",
 		"**checkout / baseline = 0.25** (median rates; per pair: 0.25). CPU per order, baseline / checkout (all processes of a run, wrk included): 0.33 (per pair: 0.33).",
