@@ -160,3 +160,12 @@ func TestWriteMarkdown(t *testing.T) {
 		t.Errorf("Markdown lists statements for a run that has none:\n%s", out)
 	}
 }
+
+func TestStatementsPerOrder(t *testing.T) {
+	t.Parallel()
+	got := perOrder([]Statement{{Query: "q", Calls: 200, Rows: 100, WALRecords: 300, WALFPI: 2, WALBytes: 4000, ExecMS: 50}}, 100)
+	want := Statement{Query: "q", Calls: 2, Rows: 1, WALRecords: 3, WALFPI: 0.02, WALBytes: 40, ExecMS: 0.5}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("perOrder = %+v, want %+v", got, want)
+	}
+}

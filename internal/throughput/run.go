@@ -323,6 +323,13 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	if err != nil {
 		return Result{}, err
 	}
+	// Before the tool's own query below, which pg_stat_statements would list.
+	var statements []Statement
+	if r.cfg.Statements {
+		if statements, err = r.cluster.statements(ctx, database); err != nil {
+			return Result{}, err
+		}
+	}
 	statuses, orders, err := r.cluster.orderCounts(ctx, database)
 	if err != nil {
 		return Result{}, err
@@ -333,9 +340,7 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	}
 	result := account(variant, run, res, cpuBefore, cpuAfter, pgAfter.sub(pgBefore), orders, statuses)
 	if r.cfg.Statements {
-		if result.Statements, err = r.cluster.statements(ctx, database, orders); err != nil {
-			return Result{}, err
-		}
+		result.Statements = perOrder(statements, orders)
 	}
 	return result, nil
 }
