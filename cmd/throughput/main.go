@@ -35,7 +35,7 @@ func main() {
 }
 
 const usage = `usage: throughput [run] [flags]   measure (see -h)
-       throughput baseline          serve the baseline (DATABASE_URL, HTTP_ADDR)`
+       throughput baseline          serve the baseline (DATABASE_URL, HTTP_ADDR, BASELINE_MODE)`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -67,10 +67,11 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 	exe, _ := os.Executable()
 	fs := flag.NewFlagSet("throughput", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "maintenance database of the PostgreSQL under test, superuser, on this machine (default $DATABASE_URL)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "maintenance database of the PostgreSQL under test, superuser, on this machine (default $DATABASE_URL)")
 	fs.StringVar(&cfg.Bin, "bin", filepath.Dir(exe), "directory holding the checkout, worker, paymentsim and throughput binaries")
 	fs.StringVar(&cfg.Wrk, "wrk", cfg.Wrk, "wrk binary")
 	fs.StringVar(&cfg.WorkDir, "logs", "", "directory for the processes' logs (default: a temporary directory, removed)")
+	fs.StringVar(&cfg.Baseline, "baseline", cfg.Baseline, "how the baseline writes: "+strings.Join(throughput.BaselineModes, " or ")+" (see internal/throughput/baseline.go)")
 	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "interleaved pairs (baseline, checkout)")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before each measured load (whole seconds)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured load per run (whole seconds)")
@@ -81,8 +82,13 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 	fs.Var((*listFlag)(&cfg.WorkerEnv), "worker-env", "extra KEY=VALUE for the worker (repeatable)")
 	fs.BoolVar(&cfg.Statements, "statements", false, "per-statement accounting from pg_stat_statements (the server must preload it)")
 	jsonPath := fs.String("json", "", "write the report as JSON to this file")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return err
+	}
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = getenv("DATABASE_URL")
 	}
 	cfg.Progress = stderr
 
@@ -107,6 +113,7 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 func baseline(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	env := envconfig.New(getenv)
 	addr := env.Addr("HTTP_ADDR", ":8090")
+	mode := env.OneOf("BASELINE_MODE", throughput.BaselineInsertTx, throughput.BaselineModes...)
 	db := database.Config{
 		URL:              env.URL("DATABASE_URL", envconfig.DefaultDatabaseURL, "postgres", "postgresql"),
 		MaxConns:         throughput.BaselinePoolSize,
@@ -126,5 +133,5 @@ func baseline(ctx context.Context, getenv func(string) string, stdout io.Writer)
 	if err != nil {
 		return err
 	}
-	return httpserver.Serve(ctx, httpserver.Config{Addr: addr}, throughput.NewBaseline(pool, jobs), logger)
+	return httpserver.Serve(ctx, httpserver.Config{Addr: addr}, throughput.NewBaseline(pool, jobs, mode), logger)
 }

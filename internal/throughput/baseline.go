@@ -1,6 +1,7 @@
 package throughput
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -47,16 +48,32 @@ type baselineItem struct {
 	UnitPrice int64  `json:"unit_price"`
 }
 
+// Baseline modes: how the baseline writes its transaction.
+const (
+	// BaselineInsertTx is BEGIN, the order's INSERT, River's InsertTx,
+	// COMMIT: four round trips, River's public API.
+	BaselineInsertTx = "insert-tx"
+	// BaselinePipelined sends the same transaction as one pipelined batch
+	// (one round trip), the job row written by hand with the values
+	// InsertTx writes for BaselineJobArgs (River's defaults: queue
+	// "default", priority 1, 25 attempts, no unique key). It is the
+	// stricter yardstick: the checkout's own first write is one statement.
+	BaselinePipelined = "pipelined"
+)
+
+// BaselineModes lists the modes NewBaseline accepts.
+var BaselineModes = []string{BaselineInsertTx, BaselinePipelined}
+
 // NewBaseline is the one-transaction baseline the throughput run compares
 // the checkout against: what any durable checkout must at least do per
 // order. POST /orders decodes the order, inserts its row into the same
-// `orders` table and, in the same transaction, a River job with River's
-// public InsertTx (scheduled an hour ahead, as the checkout schedules its
-// charge job past the synchronous deadline), commits and answers 201 with
-// the order. No idempotency key, no provider call, no settle: the ratio
-// checkout/baseline is the price of those. jobs may be an insert-only
-// client (riverpgxv5.New(pool) with an empty river.Config).
-func NewBaseline(pool *pgxpool.Pool, jobs *river.Client[pgx.Tx]) http.Handler {
+// `orders` table and, in the same transaction, a River job (scheduled an
+// hour ahead, as the checkout schedules its charge job past the synchronous
+// deadline), commits and answers 201 with the order. No idempotency key, no
+// provider call, no settle: the ratio checkout/baseline is the price of
+// those. mode is one of BaselineModes; jobs may be an insert-only client
+// (riverpgxv5.New(pool) with an empty river.Config).
+func NewBaseline(pool *pgxpool.Pool, jobs *river.Client[pgx.Tx], mode string) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/health", health.Liveness().ServeHTTP)
 	r.Post("/orders", func(w http.ResponseWriter, r *http.Request) {
@@ -76,17 +93,19 @@ func NewBaseline(pool *pgxpool.Pool, jobs *river.Client[pgx.Tx]) http.Handler {
 			return
 		}
 		o.ID, o.Status = uuid.Must(uuid.NewV7()), "pending"
-		err = pgx.BeginFunc(r.Context(), pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(r.Context(), `
-				INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
-				VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-				o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total); err != nil {
+		scheduled := time.Now().Add(time.Hour)
+		if mode == BaselinePipelined {
+			err = insertPipelined(r.Context(), pool, o, items, scheduled)
+		} else {
+			err = pgx.BeginFunc(r.Context(), pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(r.Context(), insertOrder,
+					o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total); err != nil {
+					return err
+				}
+				_, err := jobs.InsertTx(r.Context(), tx, BaselineJobArgs{OrderID: o.ID}, &river.InsertOpts{ScheduledAt: scheduled})
 				return err
-			}
-			_, err := jobs.InsertTx(r.Context(), tx, BaselineJobArgs{OrderID: o.ID},
-				&river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
-			return err
-		})
+			})
+		}
 		if err != nil {
 			// The load generator refuses a run with any non-2xx answer.
 			http.Error(w, "insert order: "+err.Error(), http.StatusInternalServerError)
@@ -98,4 +117,28 @@ func NewBaseline(pool *pgxpool.Pool, jobs *river.Client[pgx.Tx]) http.Handler {
 		_ = json.NewEncoder(w).Encode(o)
 	})
 	return r
+}
+
+const insertOrder = `
+	INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+// insertPipelined writes the order and its job in one transaction sent as a
+// single batch. The job row carries what River's InsertTx writes for
+// BaselineJobArgs with only ScheduledAt set; cmd/throughput's test compares
+// the two rows.
+func insertPipelined(ctx context.Context, pool *pgxpool.Pool, o baselineOrder, items []byte, scheduled time.Time) error {
+	args, err := json.Marshal(BaselineJobArgs{OrderID: o.ID})
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(insertOrder, o.ID, o.Status, o.CustomerID, o.Currency, o.PaymentMethod, items, o.Total)
+	b.Queue(`
+		INSERT INTO river_job (args, kind, max_attempts, priority, queue, scheduled_at, state)
+		VALUES ($1, $2, $3, $4, $5, $6, 'scheduled')`,
+		args, BaselineJobArgs{}.Kind(), river.MaxAttemptsDefault, river.PriorityDefault, river.QueueDefault, scheduled)
+	b.Queue(`COMMIT`)
+	return pool.SendBatch(ctx, b).Close()
 }

@@ -175,7 +175,7 @@ var settingNames = []string{
 // settings reads settingNames, and the file system the data directory is on
 // (fsync on tmpfs costs nothing, which would make "fsync on" a false claim).
 func (c *cluster) settings(ctx context.Context) (map[string]string, error) {
-	rows, err := c.admin.Query(ctx, `SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY($1)`, settingNames)
+	rows, err := c.admin.Query(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY($1)`, settingNames)
 	if err != nil {
 		return nil, err
 	}

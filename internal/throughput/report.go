@@ -17,6 +17,7 @@ type Report struct {
 	Machine     Machine           `json:"machine"`
 	Postgres    map[string]string `json:"postgres_settings"`
 	Load        Load              `json:"load"`
+	Baseline    string            `json:"baseline_mode"`
 	CheckoutEnv []string          `json:"checkout_env,omitempty"`
 	WorkerEnv   []string          `json:"worker_env,omitempty"`
 	Runs        []Result          `json:"runs"`
@@ -142,6 +143,21 @@ type Summary struct {
 	// PairRatios is checkout/baseline within each interleaved pair, for the
 	// spread.
 	PairRatios []float64 `json:"pair_ratios"`
+	// CPURatio is the baseline's CPU per order over the checkout's (every
+	// process of the run, wrk included; medians): the rate ratio a CPU-bound
+	// machine would show. It depends less than the rates on how much CPU
+	// other work leaves the run. PairCPURatios is the same per pair.
+	CPURatio      float64   `json:"cpu_ratio"`
+	PairCPURatios []float64 `json:"pair_cpu_ratios"`
+}
+
+// totalCPU is a run's CPU per order over all its processes.
+func totalCPU(cpu map[string]float64) float64 {
+	var t float64
+	for _, v := range cpu {
+		t += v
+	}
+	return t
 }
 
 // VariantSummary is the median of each figure over one variant's runs (the
@@ -231,21 +247,43 @@ func summarize(runs []Result) Summary {
 		if base[i].OrdersPerSecond > 0 {
 			s.PairRatios = append(s.PairRatios, check[i].OrdersPerSecond/base[i].OrdersPerSecond)
 		}
+		if c := totalCPU(check[i].CPUMSPerOrder); c > 0 {
+			s.PairCPURatios = append(s.PairCPURatios, totalCPU(base[i].CPUMSPerOrder)/c)
+		}
+	}
+	baseCPU := medianOf(base, func(r Result) float64 { return totalCPU(r.CPUMSPerOrder) })
+	if checkCPU := medianOf(check, func(r Result) float64 { return totalCPU(r.CPUMSPerOrder) }); checkCPU > 0 {
+		s.CPURatio = baseCPU / checkCPU
 	}
 	return s
 }
 
-// cpuColumns are the processes the Markdown tables show, in this order.
+// cpuColumns are the processes the Markdown tables show, in this order;
+// "server" is the one taking the load (the baseline server or checkout).
 var cpuColumns = []string{"server", "worker", "paymentsim", "postgres", "wrk"}
 
-// serverCPU is the CPU of the process taking the load: the baseline server
-// or checkout.
-func serverCPU(variant string, cpu map[string]float64, col string) (float64, bool) {
-	if col == "server" {
-		col = variant
+const (
+	accountingHeader  = "CPU ms: server | worker | paymentsim | postgres | wrk | commits | WAL records | WAL FPI | WAL bytes | WAL syncs"
+	accountingColumns = 10
+)
+
+// accountingCells renders a run's (or a median's) per-order accounting, the
+// columns of accountingHeader.
+func accountingCells(variant string, cpu map[string]float64, p PerOrder) string {
+	cells := make([]string, 0, accountingColumns)
+	for _, col := range cpuColumns {
+		if col == "server" {
+			col = variant
+		}
+		if c, ok := cpu[col]; ok {
+			cells = append(cells, fmt.Sprintf("%.3f", c))
+		} else {
+			cells = append(cells, "–")
+		}
 	}
-	v, ok := cpu[col]
-	return v, ok
+	cells = append(cells, fmt.Sprintf("%.2f", p.Commits), fmt.Sprintf("%.1f", p.WALRecords), fmt.Sprintf("%.2f", p.WALFPI),
+		fmt.Sprintf("%.0f", p.WALBytes), fmt.Sprintf("%.2f", p.WALSyncs))
+	return strings.Join(cells, " | ")
 }
 
 // WriteMarkdown renders the report: settings, every run, the medians with
@@ -259,18 +297,22 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	l := r.Load
 	pw.printf("Load: %s -t%d -c%d, %g s after a %g s warm-up (timeout %g s), %d interleaved pairs; every request a valid order with its own Idempotency-Key; each run on a fresh database cloned from one migrated template, after a CHECKPOINT.\n",
 		l.Tool, l.Threads, l.Connections, l.DurationSeconds, l.WarmupSeconds, l.TimeoutSeconds, l.Pairs)
+	pw.printf("Baseline: %s (`throughput baseline`, pool of %d); checkout: checkout + worker + paymentsim at their defaults, PAYMENTSIM_LATENCY=0s, PAYMENTSIM_JITTER=0s.\n",
+		baselineDescription(r.Baseline), BaselinePoolSize)
 	if len(r.CheckoutEnv)+len(r.WorkerEnv) > 0 {
 		pw.printf("Settings changed: checkout %v, worker %v.\n", r.CheckoutEnv, r.WorkerEnv)
 	}
-	pw.printf("\n| run | orders/s | p50 ms | p99 ms | 2xx not 201 | checkpoint in run | machine busy | other processes |\n|---|---|---|---|---|---|---|---|\n")
+	pw.printf("\nCPU ms per order during the measured load; database work per order over warm-up and load, divided by the orders stored.\n\n")
+	pw.printf("| run | orders/s | p50 ms | p99 ms | %s | 2xx not 201 | checkpoint in run | machine busy | other processes |\n", accountingHeader)
+	pw.printf("|---|---|---|---|%s---|---|---|---|\n", strings.Repeat("---|", accountingColumns))
 	for _, x := range r.Runs {
-		pw.printf("| %s %d | %.0f | %.2f | %.2f | %d | %s | %.0f %% | %.0f %% |\n", x.Variant, x.Run, x.OrdersPerSecond,
-			x.LatencyMS.P50, x.LatencyMS.P99, x.Other2xx, yesNo(x.Checkpointed), 100*x.MachineBusy, 100*x.OtherCPU)
+		pw.printf("| %s %d | %.0f | %.2f | %.2f | %s | %d | %s | %.0f %% | %.0f %% |\n", x.Variant, x.Run, x.OrdersPerSecond,
+			x.LatencyMS.P50, x.LatencyMS.P99, accountingCells(x.Variant, x.CPUMSPerOrder, x.PerOrder),
+			x.Other2xx, yesNo(x.Checkpointed), 100*x.MachineBusy, 100*x.OtherCPU)
 	}
 
-	pw.printf("\nPer order, medians (CPU ms during the measured load; database work over warm-up and load, divided by the orders stored):\n\n")
-	pw.printf("| | orders/s (range) | p50 ms | p99 ms | CPU ms: server | worker | paymentsim | postgres | wrk | commits | WAL records | WAL FPI | WAL bytes | WAL syncs |\n")
-	pw.printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	pw.printf("\nMedians:\n\n| | orders/s (range) | p50 ms | p99 ms | %s |\n", accountingHeader)
+	pw.printf("|---|---|---|---|%s\n", strings.Repeat("---|", accountingColumns))
 	for _, v := range []struct {
 		name string
 		s    VariantSummary
@@ -278,19 +320,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if v.s.Runs == 0 {
 			continue
 		}
-		pw.printf("| %s | %.0f (%.0f–%.0f) | %.2f | %.2f |", v.name, v.s.OrdersPerSecond, v.s.MinRate, v.s.MaxRate,
-			v.s.LatencyP50MS, v.s.LatencyP99MS)
-		for _, col := range cpuColumns {
-			if c, ok := serverCPU(v.name, v.s.CPUMSPerOrder, col); ok {
-				pw.printf(" %.3f |", c)
-			} else {
-				pw.printf(" – |")
-			}
-		}
-		p := v.s.PerOrder
-		pw.printf(" %.2f | %.1f | %.2f | %.0f | %.2f |\n", p.Commits, p.WALRecords, p.WALFPI, p.WALBytes, p.WALSyncs)
+		pw.printf("| %s | %.0f (%.0f–%.0f) | %.2f | %.2f | %s |\n", v.name, v.s.OrdersPerSecond, v.s.MinRate, v.s.MaxRate,
+			v.s.LatencyP50MS, v.s.LatencyP99MS, accountingCells(v.name, v.s.CPUMSPerOrder, v.s.PerOrder))
 	}
-	pw.printf("\n**checkout / baseline = %.2f** (median rates; per pair: %s).\n", r.Summary.Ratio, ratios(r.Summary.PairRatios))
+	pw.printf("\n**checkout / baseline = %.2f** (median rates; per pair: %s). CPU per order, baseline / checkout (all processes of a run, wrk included): %.2f (per pair: %s).\n",
+		r.Summary.Ratio, ratios(r.Summary.PairRatios), r.Summary.CPURatio, ratios(r.Summary.PairCPURatios))
 	for _, variant := range []string{VariantBaseline, VariantCheckout} {
 		if last := lastRun(r.Runs, variant); last != nil && len(last.Statements) > 0 {
 			writeStatements(pw, last)
@@ -325,6 +359,15 @@ func shorten(q string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return q
+}
+
+func baselineDescription(mode string) string {
+	switch mode {
+	case BaselinePipelined:
+		return "BEGIN, INSERT order, INSERT River job row, COMMIT as one pipelined batch (one round trip)"
+	default:
+		return "BEGIN, INSERT order, River InsertTx, COMMIT (four round trips)"
+	}
 }
 
 func yesNo(b bool) string {

@@ -105,6 +105,11 @@ func TestSummarize(t *testing.T) {
 		!near(s.PairRatios[1], want[1]) || !near(s.PairRatios[2], want[2]) {
 		t.Errorf("pair ratios %v, want %v", s.PairRatios, want)
 	}
+	// CPU per order: baseline 0.6, 0.3, 0.9 (median 0.6); checkout 1.8, 1.5, 1.2 (median 1.5).
+	if !near(s.CPURatio, 0.4) || len(s.PairCPURatios) != 3 || !near(s.PairCPURatios[0], 0.6/1.8) ||
+		!near(s.PairCPURatios[1], 0.3/1.5) || !near(s.PairCPURatios[2], 0.9/1.2) {
+		t.Errorf("CPU ratio %v, per pair %v; want 0.4, [0.33 0.2 0.75]", s.CPURatio, s.PairCPURatios)
+	}
 	if got := s.Checkout.CPUMSPerOrder["checkout"]; got != 0.5 {
 		t.Errorf("median checkout CPU %v, want 0.5", got)
 	}
@@ -139,10 +144,10 @@ func TestWriteMarkdown(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"Test CPU, 2 CPUs", "PostgreSQL 15.9: fsync=on.", "wrk -t2 -c32, 10 s after a 2 s warm-up",
-		"| baseline 1 | 5000 | 0.20 | 1.00 | 0 | no |", "| checkout 1 | 1250 |",
+		"| baseline 1 | 5000 | 0.20 | 1.00 | 0.200 | – | – | 0.400 | – | 1.00 | 10.0 | 0.00 | 0 | 0.00 | 0 | no |", "| checkout 1 | 1250 | 0.80 | 4.00 | 0.600 | – | – | 1.200 | – |",
 		"| baseline | 5000 (5000–5000) | 0.20 | 1.00 | 0.200 | – | – | 0.400 | – |",
 		"| checkout | 1250 (1250–1250) | 0.80 | 4.00 | 0.600 | – | – | 1.200 | – |",
-		"**checkout / baseline = 0.25**",
+		"**checkout / baseline = 0.25** (median rates; per pair: 0.25). CPU per order, baseline / checkout (all processes of a run, wrk included): 0.33 (per pair: 0.33).",
 		"Statements per order, checkout run 1",
 		"| `INSERT INTO orders (a) VALUES ($1) RETURNING a \\|\\| b` | 1.00 | 1.00 | 3.00 | 0.00 | 400 | 0.050 |",
 		"| all 2 statements | 2.00 | 2.00 | 5.00 | 0.00 | 600 | 0.080 |",
@@ -153,5 +158,14 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 	if strings.Contains(out, "Statements per order, baseline") {
 		t.Errorf("Markdown lists statements for a run that has none:\n%s", out)
+	}
+}
+
+func TestStatementsPerOrder(t *testing.T) {
+	t.Parallel()
+	got := perOrder([]Statement{{Query: "q", Calls: 200, Rows: 100, WALRecords: 300, WALFPI: 2, WALBytes: 4000, ExecMS: 50}}, 100)
+	want := Statement{Query: "q", Calls: 2, Rows: 1, WALRecords: 3, WALFPI: 0.02, WALBytes: 40, ExecMS: 0.5}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("perOrder = %+v, want %+v", got, want)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -44,6 +45,9 @@ type Config struct {
 	// directory, removed afterwards.
 	WorkDir string
 
+	// Baseline is the baseline's mode, one of BaselineModes.
+	Baseline string
+
 	Runs        int // pairs: baseline, checkout, baseline, checkout, …
 	Warmup      time.Duration
 	Duration    time.Duration
@@ -67,7 +71,7 @@ type Config struct {
 // after a 2 s warm-up, three interleaved pairs.
 func DefaultConfig() Config {
 	return Config{
-		Wrk: "wrk", Runs: 3, Warmup: 2 * time.Second, Duration: 10 * time.Second,
+		Wrk: "wrk", Baseline: BaselineInsertTx, Runs: 3, Warmup: 2 * time.Second, Duration: 10 * time.Second,
 		Threads: 2, Connections: 32, Timeout: 2 * time.Second,
 	}
 }
@@ -76,6 +80,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("a database URL is required"))
+	}
+	if !slices.Contains(BaselineModes, c.Baseline) {
+		errs = append(errs, fmt.Errorf("baseline %q: want one of %v", c.Baseline, BaselineModes))
 	}
 	if c.Runs < 1 {
 		errs = append(errs, errors.New("runs must be at least 1"))
@@ -149,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			WarmupSeconds: cfg.Warmup.Seconds(), DurationSeconds: cfg.Duration.Seconds(),
 			TimeoutSeconds: cfg.Timeout.Seconds(), Pairs: cfg.Runs,
 		},
-		CheckoutEnv: cfg.CheckoutEnv, WorkerEnv: cfg.WorkerEnv,
+		Baseline: cfg.Baseline, CheckoutEnv: cfg.CheckoutEnv, WorkerEnv: cfg.WorkerEnv,
 	}
 	for i := 1; i <= cfg.Runs; i++ {
 		for _, variant := range []string{VariantBaseline, VariantCheckout} {
@@ -216,7 +223,7 @@ func (r *runner) stack(ctx context.Context, variant string, run int, database st
 	var err error
 	switch variant {
 	case VariantBaseline:
-		err = start("baseline", r.bin("throughput"), []string{"baseline"}, dbURL)
+		err = start("baseline", r.bin("throughput"), []string{"baseline"}, dbURL, "BASELINE_MODE="+r.cfg.Baseline)
 	case VariantCheckout:
 		// A provider that answers at once: no latency, no jitter.
 		err = start("paymentsim", r.bin("paymentsim"), nil, "PAYMENTSIM_LATENCY=0s", "PAYMENTSIM_JITTER=0s")
@@ -316,6 +323,13 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	if err != nil {
 		return Result{}, err
 	}
+	// Before the tool's own query below, which pg_stat_statements would list.
+	var statements []Statement
+	if r.cfg.Statements {
+		if statements, err = r.cluster.statements(ctx, database); err != nil {
+			return Result{}, err
+		}
+	}
 	statuses, orders, err := r.cluster.orderCounts(ctx, database)
 	if err != nil {
 		return Result{}, err
@@ -326,9 +340,7 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	}
 	result := account(variant, run, res, cpuBefore, cpuAfter, pgAfter.sub(pgBefore), orders, statuses)
 	if r.cfg.Statements {
-		if result.Statements, err = r.cluster.statements(ctx, database, orders); err != nil {
-			return Result{}, err
-		}
+		result.Statements = perOrder(statements, orders)
 	}
 	return result, nil
 }

@@ -42,8 +42,8 @@ func (c *cluster) resetStatements(ctx context.Context, database string) error {
 }
 
 // statements lists database's statements, most WAL first, then most time,
-// each divided by orders.
-func (c *cluster) statements(ctx context.Context, database string, orders int64) ([]Statement, error) {
+// as totals; perOrder divides them.
+func (c *cluster) statements(ctx context.Context, database string) ([]Statement, error) {
 	rows, err := c.admin.Query(ctx, `
 		SELECT query, calls, rows, wal_records, wal_fpi, wal_bytes::float8, total_exec_time
 		FROM pg_stat_statements
@@ -53,7 +53,6 @@ func (c *cluster) statements(ctx context.Context, database string, orders int64)
 		return nil, fmt.Errorf("read pg_stat_statements: %w", err)
 	}
 	defer rows.Close()
-	n := float64(max(orders, 1))
 	var out []Statement
 	for rows.Next() {
 		var s Statement
@@ -62,9 +61,19 @@ func (c *cluster) statements(ctx context.Context, database string, orders int64)
 			return nil, err
 		}
 		s.Query = strings.Join(strings.Fields(s.Query), " ")
-		s.Calls, s.Rows, s.WALRecords, s.WALFPI = float64(calls)/n, float64(nrows)/n, float64(records)/n, float64(fpi)/n
-		s.WALBytes, s.ExecMS = s.WALBytes/n, s.ExecMS/n
+		s.Calls, s.Rows, s.WALRecords, s.WALFPI = float64(calls), float64(nrows), float64(records), float64(fpi)
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// perOrder divides every statement's totals by orders.
+func perOrder(ss []Statement, orders int64) []Statement {
+	n := float64(max(orders, 1))
+	for i := range ss {
+		s := &ss[i]
+		s.Calls, s.Rows, s.WALRecords, s.WALFPI, s.WALBytes, s.ExecMS =
+			s.Calls/n, s.Rows/n, s.WALRecords/n, s.WALFPI/n, s.WALBytes/n, s.ExecMS/n
+	}
+	return ss
 }
