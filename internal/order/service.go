@@ -281,7 +281,7 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Placed, error) {
 	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
-	_, answered, _, err := settle(ctx, s.db, p.order.ID, to, true)
+	_, answered, _, err := settle(ctx, s.db, p.order, to, true)
 	if err != nil {
 		return Placed{}, classifyDBError(err)
 	}
@@ -296,7 +296,7 @@ func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Place
 func (s *Service) deferOrder(ctx context.Context, p placement) (Placed, error) {
 	res := Placed{RetryAfter: s.probeDelay()}
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, answered, _, err := settle(ctx, tx, p.order.ID, Settlement{Status: StatusPendingPayment}, true)
+		_, answered, _, err := settle(ctx, tx, p.order, Settlement{Status: StatusPendingPayment}, true)
 		if err != nil {
 			return err
 		}

@@ -189,7 +189,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 			outcome = jobRejected
 			w.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
 		}
-		return w.settle(ctx, job, to, outcome)
+		return w.settle(ctx, job, o, to, outcome)
 	case errors.Is(err, order.ErrRefused):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	}
@@ -216,7 +216,7 @@ func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeA
 		w.log.ErrorContext(ctx, "order failed: the provider holds no charge for it after every attempt",
 			"order_id", o.ID, "attempts", job.Attempt, "created_at", o.CreatedAt)
 	}
-	return w.settle(ctx, job, to, outcome)
+	return w.settle(ctx, job, o, to, outcome)
 }
 
 // snooze reschedules the job without using an attempt. The floor keeps a
@@ -232,9 +232,9 @@ func (w *ChargeWorker) snooze(ctx context.Context, o order.Order, wait time.Dura
 
 // settle moves the order to its final state and completes the job in one
 // transaction.
-func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], to order.Settlement, outcome string) error {
+func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], base order.Order, to order.Settlement, outcome string) error {
 	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
-		o, changed, err := order.Settle(ctx, tx, job.Args.OrderID, to)
+		o, changed, err := order.Settle(ctx, tx, base, to)
 		if err != nil {
 			return err
 		}
