@@ -37,10 +37,52 @@ var appServices = map[string]struct {
 
 func TestComposeFile(t *testing.T) {
 	t.Parallel()
-	project := loadCompose(t, "docker-compose.yml", nil)
-	for _, err := range checkCompose(project) {
+	for _, err := range checkComposeFile(t, "docker-compose.yml") {
 		t.Error(err)
 	}
+}
+
+// checkComposeFile loads path with every profile and checks it twice: with
+// the shell's environment empty (the demo's defaults) and with every
+// credential variable set, to see that each credential comes from it.
+func checkComposeFile(t *testing.T, path string) []error {
+	t.Helper()
+	profiles := []string{observability}
+	errs := checkCompose(loadCompose(t, path, nil, profiles...))
+	var env []string
+	for _, c := range credentials {
+		env = append(env, c.shellVar+"=from-the-shell-"+c.shellVar)
+	}
+	return append(errs, checkCredentialSource(loadCompose(t, path, env, profiles...))...)
+}
+
+// credentials are the settings that guard what can move money or jobs
+// (DESIGN.md invariant 9): each service gets a demo value that the shell's
+// variable of the same purpose overrides.
+var credentials = []struct {
+	service, variable, shellVar string
+}{
+	{"paymentsim", "PAYMENTSIM_ADMIN_TOKEN", "PAYMENTSIM_ADMIN_TOKEN"},
+	{"worker", "RIVERUI_USER", "RIVERUI_USER"},
+	{"worker", "RIVERUI_PASSWORD", "RIVERUI_PASSWORD"},
+	{"grafana", "GF_SECURITY_ADMIN_PASSWORD", "GRAFANA_ADMIN_PASSWORD"},
+}
+
+// checkCredentialSource checks that each credential is the value of its
+// shell variable, set as checkComposeFile sets it.
+func checkCredentialSource(p *types.Project) []error {
+	var errs []error
+	for _, c := range credentials {
+		s, ok := p.Services[c.service]
+		if !ok {
+			continue // checkCompose reports missing services
+		}
+		want := "from-the-shell-" + c.shellVar
+		if v := s.Environment[c.variable]; v == nil || *v != want {
+			errs = append(errs, fmt.Errorf("%s: %s does not come from the shell's %s", c.service, c.variable, c.shellVar))
+		}
+	}
+	return errs
 }
 
 func TestComposePostgresImageIsOverridable(t *testing.T) {
@@ -72,8 +114,8 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 		},
 		{
 			name:    "checkout does not wait for migrations",
-			old:     "      migrate:\n        condition: service_completed_successfully\n    ports:\n      - \"8080:8080\"",
-			new:     "      migrate:\n        condition: service_started\n    ports:\n      - \"8080:8080\"",
+			old:     "      migrate:\n        condition: service_completed_successfully\n    ports:\n      - \"127.0.0.1:8080:8080\"",
+			new:     "      migrate:\n        condition: service_started\n    ports:\n      - \"127.0.0.1:8080:8080\"",
 			wantErr: "checkout: depends on migrate with condition service_started",
 		},
 		{
@@ -94,6 +136,81 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 			new:     "      target: wrker",
 			wantErr: `worker: build target "wrker" not in Dockerfile`,
 		},
+		{
+			name:    "simulator admin API on every interface",
+			old:     `"127.0.0.1:8082:8082"`,
+			new:     `"8082:8082"`,
+			wantErr: "paymentsim: publishes port 8082 on every interface",
+		},
+		{
+			name:    "checkout API on every interface",
+			old:     `"127.0.0.1:8080:8080"`,
+			new:     `"0.0.0.0:8080:8080"`,
+			wantErr: "checkout: publishes port 8080 on every interface",
+		},
+		{
+			name:    "worker (River UI) on every interface",
+			old:     `"127.0.0.1:8081:8081"`,
+			new:     `"8081:8081"`,
+			wantErr: "worker: publishes port 8081 on every interface",
+		},
+		{
+			name:    "postgres on every interface",
+			old:     `"127.0.0.1:5432:5432"`,
+			new:     `"5432:5432"`,
+			wantErr: "postgres: publishes port 5432 on every interface",
+		},
+		{
+			name:    "prometheus on every interface",
+			old:     `"127.0.0.1:9090:9090"`,
+			new:     `"9090:9090"`,
+			wantErr: "prometheus: publishes port 9090 on every interface",
+		},
+		{
+			name:    "grafana on every interface",
+			old:     `"127.0.0.1:3000:3000"`,
+			new:     `"3000:3000"`,
+			wantErr: "grafana: publishes port 3000 on every interface",
+		},
+		{
+			name:    "simulator admin API without a token",
+			old:     "      PAYMENTSIM_ADMIN_TOKEN: ${PAYMENTSIM_ADMIN_TOKEN:-demo-admin-token}\n",
+			wantErr: "paymentsim: PAYMENTSIM_ADMIN_TOKEN not set",
+		},
+		{
+			name:    "simulator admin token empty by default",
+			old:     "${PAYMENTSIM_ADMIN_TOKEN:-demo-admin-token}",
+			new:     "${PAYMENTSIM_ADMIN_TOKEN:-}",
+			wantErr: "paymentsim: PAYMENTSIM_ADMIN_TOKEN not set",
+		},
+		{
+			name:    "River UI without a password",
+			old:     "      RIVERUI_PASSWORD: ${RIVERUI_PASSWORD:-demo-riverui-password}\n",
+			wantErr: "worker: RIVERUI_PASSWORD not set",
+		},
+		{
+			name:    "River UI without a user",
+			old:     "      RIVERUI_USER: ${RIVERUI_USER:-admin}\n",
+			wantErr: "worker: RIVERUI_USER not set",
+		},
+		{
+			name:    "Prometheus lifecycle API enabled",
+			old:     "      - --storage.tsdb.retention.time=1d\n",
+			new:     "      - --storage.tsdb.retention.time=1d\n      - --web.enable-lifecycle\n",
+			wantErr: "prometheus: --web.enable-lifecycle",
+		},
+		{
+			name:    "Grafana's admin password hard-coded",
+			old:     "${GRAFANA_ADMIN_PASSWORD:-demo-grafana-password}",
+			new:     "demo-grafana-password",
+			wantErr: "grafana: GF_SECURITY_ADMIN_PASSWORD does not come from the shell's GRAFANA_ADMIN_PASSWORD",
+		},
+		{
+			name:    "Grafana's admin password admin by default",
+			old:     "${GRAFANA_ADMIN_PASSWORD:-demo-grafana-password}",
+			new:     "${GRAFANA_ADMIN_PASSWORD:-admin}",
+			wantErr: `grafana: GF_SECURITY_ADMIN_PASSWORD is "admin"`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,7 +227,7 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 			}
 			writeFile(t, filepath.Join(dir, "Dockerfile"), string(dockerfile))
 
-			errs := checkCompose(loadCompose(t, filepath.Join(dir, "docker-compose.yml"), nil))
+			errs := checkComposeFile(t, filepath.Join(dir, "docker-compose.yml"))
 			var got []string
 			for _, err := range errs {
 				got = append(got, err.Error())
@@ -168,6 +285,29 @@ func checkCompose(p *types.Project) []error {
 	}
 	if !slices.ContainsFunc(service("postgres").Volumes, func(v types.ServiceVolumeConfig) bool { return v.Type == types.VolumeTypeVolume }) {
 		fail("postgres", "data is not on a named volume")
+	}
+
+	// DESIGN.md invariant 9: what can move money or jobs needs a credential
+	// and, in the demo, listens on the loopback interface only.
+	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
+		for _, pc := range p.Services[name].Ports {
+			if pc.Published != "" && pc.HostIP != "127.0.0.1" {
+				fail(name, "publishes port %s on every interface (host_ip %q); bind it to 127.0.0.1", pc.Published, pc.HostIP)
+			}
+		}
+	}
+	for _, c := range credentials {
+		if s, ok := p.Services[c.service]; ok {
+			checkEnvironment(s, []string{c.variable}, fail)
+		}
+	}
+	if s, ok := p.Services["prometheus"]; ok && slices.ContainsFunc(s.Command, func(arg string) bool { return strings.HasPrefix(arg, "--web.enable-lifecycle") }) {
+		fail("prometheus", "--web.enable-lifecycle lets anyone who reaches the port stop Prometheus (POST /-/quit)")
+	}
+	if s, ok := p.Services["grafana"]; ok {
+		if v := s.Environment["GF_SECURITY_ADMIN_PASSWORD"]; v != nil && *v == "admin" {
+			fail("grafana", "GF_SECURITY_ADMIN_PASSWORD is %q, Grafana's well-known default", *v)
+		}
 	}
 
 	migrate := service("migrate")
