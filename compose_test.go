@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -109,8 +110,32 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 	}{
 		{
 			name:    "postgres healthcheck removed",
-			old:     "    healthcheck:\n      test: [\"CMD-SHELL\", \"pg_isready -U checkout -d checkout\"]\n      interval: 2s\n      timeout: 3s\n      retries: 30\n",
+			old:     "    healthcheck:\n      # Over TCP",
+			new:     "    x-healthcheck:\n      # Over TCP",
 			wantErr: "postgres: no healthcheck",
+		},
+		{
+			name:    "postgres healthcheck on the Unix socket",
+			old:     "pg_isready -h 127.0.0.1 -p 5432 -U checkout",
+			new:     "pg_isready -U checkout",
+			wantErr: `postgres: healthcheck ["CMD-SHELL" "pg_isready -U checkout -d checkout"] checks the Unix socket`,
+		},
+		{
+			name:    "postgres healthcheck on a socket directory",
+			old:     "pg_isready -h 127.0.0.1 -p 5432",
+			new:     "pg_isready -h /var/run/postgresql -p 5432",
+			wantErr: "checks the Unix socket",
+		},
+		{
+			name:    "migrate gives up at the first refused connection",
+			old:     "      MIGRATE_WAIT: 60s\n",
+			wantErr: "migrate: MIGRATE_WAIT not set",
+		},
+		{
+			name:    "migrate waits too little",
+			old:     "      MIGRATE_WAIT: 60s\n",
+			new:     "      MIGRATE_WAIT: 2s\n",
+			wantErr: `migrate: MIGRATE_WAIT "2s", want at least 30s`,
 		},
 		{
 			name:    "checkout does not wait for migrations",
@@ -120,8 +145,8 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 		},
 		{
 			name:    "migrate starts before postgres is healthy",
-			old:     "    command: [\"migrate\"]\n    environment:\n      DATABASE_URL: *database-url\n    depends_on:\n      postgres:\n        condition: service_healthy",
-			new:     "    command: [\"migrate\"]\n    environment:\n      DATABASE_URL: *database-url\n    depends_on:\n      postgres:\n        condition: service_started",
+			old:     "      MIGRATE_WAIT: 60s\n    depends_on:\n      postgres:\n        condition: service_healthy",
+			new:     "      MIGRATE_WAIT: 60s\n    depends_on:\n      postgres:\n        condition: service_started",
 			wantErr: "migrate: depends on postgres with condition service_started",
 		},
 		{
@@ -280,8 +305,16 @@ func checkCompose(p *types.Project) []error {
 			fail(name, "no restart policy")
 		}
 	}
-	if hc := service("postgres").HealthCheck; hc != nil && !strings.Contains(strings.Join(hc.Test, " "), "pg_isready") {
-		fail("postgres", "healthcheck %q does not use pg_isready", hc.Test)
+	if hc := service("postgres").HealthCheck; hc != nil {
+		test := strings.Join(hc.Test, " ")
+		if !strings.Contains(test, "pg_isready") {
+			fail("postgres", "healthcheck %q does not use pg_isready", hc.Test)
+		}
+		// The services connect over TCP; the Unix socket answers while
+		// the first initialisation's temporary server runs, before TCP.
+		if !tcpHost.MatchString(test) {
+			fail("postgres", "healthcheck %q checks the Unix socket; add -h 127.0.0.1 to check TCP as the services connect", hc.Test)
+		}
 	}
 	if !slices.ContainsFunc(service("postgres").Volumes, func(v types.ServiceVolumeConfig) bool { return v.Type == types.VolumeTypeVolume }) {
 		fail("postgres", "data is not on a named volume")
@@ -320,6 +353,11 @@ func checkCompose(p *types.Project) []error {
 	}
 	if migrate.Restart != "no" {
 		fail("migrate", "one-shot job must not restart (restart: %q)", migrate.Restart)
+	}
+	if v := migrate.Environment["MIGRATE_WAIT"]; v == nil {
+		fail("migrate", "MIGRATE_WAIT not set: a database that refuses connections for a moment fails the stack's start")
+	} else if d, err := time.ParseDuration(*v); err != nil || d < 30*time.Second {
+		fail("migrate", "MIGRATE_WAIT %q, want at least 30s of retrying a starting database", *v)
 	}
 
 	targets := dockerfileTargets(p, fail)
@@ -384,6 +422,10 @@ func checkEnvironment(s types.ServiceConfig, names []string, fail func(string, s
 		}
 	}
 }
+
+// tcpHost matches a pg_isready host option naming a TCP host, not a socket
+// directory.
+var tcpHost = regexp.MustCompile(`(^|\s)(-h\s*|--host[= ])[^/\s]`)
 
 var fromAs = regexp.MustCompile(`(?im)^FROM\s+\S+\s+AS\s+(\S+)\s*$`)
 

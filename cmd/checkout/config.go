@@ -18,6 +18,7 @@ type config struct {
 	LogLevel        string
 	ShutdownTimeout time.Duration
 	Database        database.Config
+	MigrateWait     time.Duration // how long `checkout migrate` waits for the database
 	PaymentURL      string
 	Resilience      resilience.Config
 	APIPool         resilience.PoolConfig
@@ -40,6 +41,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
+		MigrateWait:     env.Duration("MIGRATE_WAIT", 30*time.Second, 0, 10*time.Minute),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
