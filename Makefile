@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment bench
+.PHONY: test build migrate run up lint experiment bench compose-smoke
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -37,6 +37,10 @@ bench:
 ## up: the whole stack in Docker
 up:
 	docker compose up --build
+
+## compose-smoke: the README walkthrough and fault drills against `docker compose up` (needs a Docker engine; not in `make test`)
+compose-smoke:
+	scripts/compose-smoke
 
 ## lint: static checks
 lint:
