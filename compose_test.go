@@ -23,7 +23,7 @@ import (
 )
 
 // longRunning are the services that must report health and restart.
-var longRunning = []string{"postgres", "paymentsim", "checkout", "worker"}
+var longRunning = []string{"postgres", "paymentsim", "catalogsim", "checkout", "worker"}
 
 // appServices maps each application service to its Dockerfile target,
 // listen port and the variables its binary needs in compose.
@@ -35,9 +35,10 @@ var appServices = map[string]struct {
 	env      []string
 	scalable bool
 }{
-	"checkout":   {target: "checkout", port: "8080", env: []string{"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "RESILIENCE_MODE"}},
+	"checkout":   {target: "checkout", port: "8080", env: []string{"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "CATALOG_URL", "RESILIENCE_MODE"}},
 	"worker":     {target: "worker", port: "8081", env: []string{"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL"}, scalable: true},
 	"paymentsim": {target: "paymentsim", port: "8082", env: []string{"HTTP_ADDR"}},
+	"catalogsim": {target: "catalogsim", port: "8083", env: []string{"HTTP_ADDR"}},
 }
 
 func TestComposeFile(t *testing.T) {
@@ -68,6 +69,7 @@ var credentials = []struct {
 	service, variable, shellVar string
 }{
 	{"paymentsim", "PAYMENTSIM_ADMIN_TOKEN", "PAYMENTSIM_ADMIN_TOKEN"},
+	{"catalogsim", "CATALOGSIM_ADMIN_TOKEN", "CATALOGSIM_ADMIN_TOKEN"},
 	{"worker", "RIVERUI_USER", "RIVERUI_USER"},
 	{"worker", "RIVERUI_PASSWORD", "RIVERUI_PASSWORD"},
 	{"grafana", "GF_SECURITY_ADMIN_PASSWORD", "GRAFANA_ADMIN_PASSWORD"},
@@ -143,9 +145,21 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 		},
 		{
 			name:    "checkout does not wait for migrations",
-			old:     "    migrate:\n      condition: service_completed_successfully\n  healthcheck:\n    test: [\"CMD\", \"/usr/local/bin/checkout\"",
-			new:     "    migrate:\n      condition: service_started\n  healthcheck:\n    test: [\"CMD\", \"/usr/local/bin/checkout\"",
+			old:     "    migrate:\n      condition: service_completed_successfully\n    catalogsim:\n      condition: service_healthy\n  healthcheck:\n    test: [\"CMD\", \"/usr/local/bin/checkout\"",
+			new:     "    migrate:\n      condition: service_started\n    catalogsim:\n      condition: service_healthy\n  healthcheck:\n    test: [\"CMD\", \"/usr/local/bin/checkout\"",
 			wantErr: "checkout: depends on migrate with condition service_started",
+		},
+		{
+			name:    "the demo without the price check",
+			old:     "    CATALOG_URL: http://catalogsim:8083\n",
+			new:     "",
+			wantErr: "checkout: CATALOG_URL does not point at the catalogsim service",
+		},
+		{
+			name:    "catalog admin API on every interface",
+			old:     "      - \"127.0.0.1:8083:8083\"",
+			new:     "      - \"8083:8083\"",
+			wantErr: "catalogsim: publishes port 8083 on every interface",
 		},
 		{
 			name:    "migrate starts before postgres is healthy",
@@ -412,6 +426,11 @@ func checkCompose(p *types.Project) []error {
 			fail(name, "PAYMENT_URL %q does not point at the paymentsim service", *u)
 		}
 	}
+	// The demo runs with the price check on (DESIGN.md, "Catalog").
+	if u := service("checkout").Environment["CATALOG_URL"]; u == nil || *u != "http://catalogsim:"+appServices["catalogsim"].port {
+		fail("checkout", "CATALOG_URL does not point at the catalogsim service")
+	}
+	requireDependency(service("checkout"), "catalogsim", types.ServiceConditionHealthy, fail)
 	return errs
 }
 
