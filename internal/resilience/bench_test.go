@@ -57,9 +57,10 @@ func isRejection(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, gobreaker.ErrOpenState)
 }
 
-func benchPolicy(b *testing.B, open bool) *Policy {
+func benchPolicy(b *testing.B, open bool, limit LimitKind) *Policy {
 	b.Helper()
 	cfg := DefaultConfig()
+	cfg.Limit = limit
 	cfg.OpenDuration = 1 << 62 // stays open for the whole benchmark
 	cfg.MinCalls, cfg.WindowSize = 1, 1
 	p, err := New("bench", cfg, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -90,27 +91,47 @@ func BenchmarkClosed(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("breaker+bulkhead", func(b *testing.B) {
-		// The layers failsafe-go's breaker + bulkhead composition covers,
-		// without retry and per-attempt timeout, for a like-for-like figure.
-		p := benchPolicy(b, false)
+	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
+		b.Run("breaker+"+limit.String(), func(b *testing.B) {
+			// The layers failsafe-go's breaker + bulkhead (or adaptive
+			// limiter) composition covers, without retry and per-attempt
+			// timeout, for a like-for-like figure.
+			p := benchPolicy(b, false, limit)
+			benchSerialAndParallel(b, func(ctx context.Context) error {
+				c, err := p.breaker.allow()
+				if err != nil {
+					return err
+				}
+				if err := p.limit.acquire(ctx); err != nil {
+					c.finish(reportExcluded, p.breaker.calls.rejected)
+					return err
+				}
+				c.startClock()
+				_, err = bareCall(ctx)
+				s := noSignal
+				if c.finish(nil, p.breaker.calls.success) {
+					s = healthy
+				}
+				p.limit.release(s)
+				return err
+			})
+		})
+	}
+	b.Run("limit", func(b *testing.B) {
+		// The limiter alone, healthy calls that keep it at its maximum:
+		// the cost it adds to the closed path.
+		p := benchPolicy(b, false, LimitAdaptive)
 		benchSerialAndParallel(b, func(ctx context.Context) error {
-			c, err := p.breaker.allow()
-			if err != nil {
+			if err := p.limit.acquire(ctx); err != nil {
 				return err
 			}
-			if err := p.bulkhead.acquire(ctx); err != nil {
-				c.finish(reportExcluded, p.breaker.calls.rejected)
-				return err
-			}
-			c.startClock()
-			_, err = bareCall(ctx)
-			p.bulkhead.release()
-			c.finish(nil, p.breaker.calls.success)
+			_, err := bareCall(ctx)
+			p.limit.release(healthy)
 			return err
 		})
 	})
-	b.Run("protected", func(b *testing.B) { benchProtected(b, false) })
+	b.Run("protected", func(b *testing.B) { benchProtected(b, false, LimitAdaptive) })
+	b.Run("protected-static", func(b *testing.B) { benchProtected(b, false, LimitStatic) })
 }
 
 func BenchmarkOpen(b *testing.B) {
@@ -126,12 +147,12 @@ func BenchmarkOpen(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("protected", func(b *testing.B) { benchProtected(b, true) })
+	b.Run("protected", func(b *testing.B) { benchProtected(b, true, LimitAdaptive) })
 }
 
 // benchProtected measures Do with every layer, the breaker closed or open.
-func benchProtected(b *testing.B, open bool) {
-	p := benchPolicy(b, open)
+func benchProtected(b *testing.B, open bool, limit LimitKind) {
+	p := benchPolicy(b, open, limit)
 	benchSerialAndParallel(b, func(ctx context.Context) error {
 		_, err := Do(ctx, p, bareCall)
 		return err
