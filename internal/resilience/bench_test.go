@@ -117,19 +117,7 @@ func BenchmarkClosed(b *testing.B) {
 			})
 		})
 	}
-	b.Run("limit", func(b *testing.B) {
-		// The limiter alone, healthy calls that keep it at its maximum:
-		// the cost it adds to the closed path.
-		p := benchPolicy(b, false, LimitAdaptive)
-		benchSerialAndParallel(b, func(ctx context.Context) error {
-			if err := p.limit.acquire(ctx); err != nil {
-				return err
-			}
-			_, err := bareCall(ctx)
-			p.limit.release(healthy)
-			return err
-		})
-	})
+
 	b.Run("protected", func(b *testing.B) { benchProtected(b, false, LimitAdaptive) })
 	b.Run("protected-static", func(b *testing.B) { benchProtected(b, false, LimitStatic) })
 }
@@ -157,4 +145,38 @@ func benchProtected(b *testing.B, open bool, limit LimitKind) {
 		_, err := Do(ctx, p, bareCall)
 		return err
 	})
+}
+
+// BenchmarkLimit measures the concurrency limit alone, acquire and release
+// around a bare call, beside the channel semaphore the static bulkhead was
+// before the adaptive limit (and the HTTP pools still are): the cost the
+// limit adds to the closed path.
+func BenchmarkLimit(b *testing.B) {
+	m, _ := NewMetrics(nil)
+	b.Run("channel-bulkhead", func(b *testing.B) {
+		bh := newBulkhead(4, 0, m.bulkheadInUse.WithLabelValues("bench"), m.bulkheadRejected.WithLabelValues("bench"))
+		benchSerialAndParallel(b, func(ctx context.Context) error {
+			if err := bh.acquire(ctx); err != nil {
+				return err
+			}
+			v, err := bareCall(ctx)
+			sink += v
+			bh.release()
+			return err
+		})
+	})
+	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
+		b.Run(limit.String(), func(b *testing.B) {
+			p := benchPolicy(b, false, limit)
+			benchSerialAndParallel(b, func(ctx context.Context) error {
+				if err := p.limit.acquire(ctx); err != nil {
+					return err
+				}
+				v, err := bareCall(ctx)
+				sink += v
+				p.limit.release(healthy)
+				return err
+			})
+		})
+	}
 }

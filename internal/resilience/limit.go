@@ -130,8 +130,8 @@ func (l *limiter) acquire(ctx context.Context) error {
 	l.mu.Lock()
 	if l.inFlight < l.limit && len(l.waiters) == 0 {
 		l.inFlight++
+		l.inUse.Set(float64(l.inFlight))
 		l.mu.Unlock()
-		l.inUse.Inc()
 		return nil
 	}
 	l.starved = true
@@ -148,8 +148,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 	var err error
 	select {
 	case <-w.ready:
-		l.inUse.Inc()
-		return nil
+		return nil // grant counted the slot
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
@@ -161,11 +160,11 @@ func (l *limiter) acquire(ctx context.Context) error {
 		// waiting takes it; one that gave up hands it on.
 		if err == ErrBulkheadFull {
 			l.mu.Unlock()
-			l.inUse.Inc()
 			return nil
 		}
 		l.inFlight--
 		l.grant()
+		l.inUse.Set(float64(l.inFlight))
 		l.mu.Unlock()
 		return err
 	}
@@ -184,7 +183,8 @@ func (l *limiter) reject() error {
 	return ErrBulkheadFull
 }
 
-// grant hands free slots to waiters, oldest first. Call it with l.mu held.
+// grant hands free slots to waiters, oldest first. Call it with l.mu held;
+// the caller updates the in-use gauge.
 func (l *limiter) grant() {
 	for len(l.waiters) > 0 && l.inFlight < l.limit {
 		w := l.waiters[0]
@@ -200,15 +200,13 @@ func (l *limiter) grant() {
 // while in flight).
 func (l *limiter) release(s signal) {
 	l.mu.Lock()
-	changed := l.adapt(s)
+	if l.adapt(s) {
+		l.limitGauge.Set(float64(l.limit))
+	}
 	l.inFlight--
 	l.grant()
-	limit := l.limit
+	l.inUse.Set(float64(l.inFlight))
 	l.mu.Unlock()
-	l.inUse.Dec()
-	if changed {
-		l.limitGauge.Set(float64(limit))
-	}
 }
 
 // congested applies a congestion signal from a call still in flight: the
@@ -219,12 +217,10 @@ func (l *limiter) congested() {
 		return
 	}
 	l.mu.Lock()
-	changed := l.adapt(congested)
-	limit := l.limit
-	l.mu.Unlock()
-	if changed {
-		l.limitGauge.Set(float64(limit))
+	if l.adapt(congested) {
+		l.limitGauge.Set(float64(l.limit))
 	}
+	l.mu.Unlock()
 }
 
 // adapt moves the limit for signal s and reports whether it changed. Call

@@ -88,8 +88,8 @@ func (t *tally) get() (ok, full, breaker, other int) {
 
 // load calls pr through b's policy rate times a second, each call on its
 // own goroutine as an open-loop client sends them, until the returned stop
-// is called; stop returns once every call has returned.
-func (b bundle) load(pr *provider, rate float64) (results *tally, stop func()) {
+// is called, or the test ends; stop returns once every call has returned.
+func (b bundle) load(t *testing.T, pr *provider, rate float64) (results *tally, stop func()) {
 	results = &tally{start: time.Now()}
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -110,10 +110,13 @@ func (b bundle) load(pr *provider, rate float64) (results *tally, stop func()) {
 			}
 		}
 	}()
-	return results, func() {
-		close(quit)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() { close(quit) })
 		<-done
 	}
+	t.Cleanup(stop) // inside the bubble, so a failed test still ends its load
+	return results, stop
 }
 
 func (b bundle) limit() int {
@@ -151,7 +154,7 @@ func TestAdaptiveLimitGrowsUnderHealthyLoadUpToMax(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := setup(t, func(c *Config) { c.LimitMax = tt.max })
 				pr := &provider{latency: healthyLatency}
-				results, stop := b.load(pr, tt.rate)
+				results, stop := b.load(t, pr, tt.rate)
 
 				maxSeen := 0
 				for range 60 {
@@ -186,7 +189,7 @@ func TestAdaptiveLimitColdStartAt40PerSecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		pr := &provider{latency: healthyLatency}
-		results, stop := b.load(pr, 40)
+		results, stop := b.load(t, pr, 40)
 		advance(6 * time.Second)
 		stop()
 		ok, full, breaker, other := results.get()
@@ -206,7 +209,7 @@ func TestAdaptiveLimitShrinksWhileSlowCallsAreInFlight(t *testing.T) {
 		// Retries off: each hung call is one call, as the provider sees it.
 		b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitMin = 1, 2 })
 		pr := &provider{latency: healthyLatency}
-		_, stop := b.load(pr, 40)
+		_, stop := b.load(t, pr, 40)
 		advance(2 * time.Second)
 		before := b.limit()
 		if before < 8 {
@@ -255,7 +258,7 @@ func TestAdaptiveLimitRecoversAfterTheOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		pr := &provider{latency: healthyLatency}
-		_, stop := b.load(pr, 40)
+		_, stop := b.load(t, pr, 40)
 		advance(2 * time.Second)
 		healthyLimit := b.limit()
 
@@ -348,49 +351,67 @@ func sendAll(g gated, err error) {
 
 func TestAdaptiveLimitIgnoresRejections(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.MaxAttempts, c.BulkheadWait = 1, 0 })
-		// Refused by the limit itself: four calls hold the initial 4
-		// slots, a fifth is turned away at once.
-		g := make(gated)
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() { _, _ = Do(context.Background(), b.p, g.call) })
-		}
-		synctest.Wait()
-		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
-			t.Fatalf("fifth call: err = %v, want ErrBulkheadFull", err)
-		}
-		if got, want := b.limit(), 4; got != want {
-			t.Errorf("limit after a rejection = %d, want %d", got, want)
-		}
-		sendAll(g, errDeclined)
-		wg.Wait()
-
-		// Refused by the breaker: ten failures open it (and shrink the
-		// limit to its floor); the calls it then refuses leave it there.
-		for range 10 {
-			_, _ = b.do(fail)
-		}
-		if got := b.p.State(); got != StateOpen {
-			t.Fatalf("state = %v, want open", got)
-		}
-		floor := b.limit()
-		for range 20 {
-			if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
-				t.Fatalf("err = %v, want ErrOpen", err)
+	t.Run("by the limit", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, func(c *Config) { c.MaxAttempts, c.BulkheadWait = 1, 0 })
+			// Four calls hold the initial 4 slots; a fifth is turned away at
+			// once.
+			g := make(gated)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() { _, _ = Do(context.Background(), b.p, g.call) })
 			}
-		}
-		if got := b.limit(); got != floor {
-			t.Errorf("limit after breaker rejections = %d, want %d", got, floor)
-		}
-		reasons := map[string]float64{reasonLimit: 1, reasonOpen: 20, reasonHalfOpen: 0}
-		for reason, want := range reasons {
-			if got := counterValue(t, b.m.rejected.WithLabelValues("payment", reason)); got != want {
-				t.Errorf("resilience_rejected_total{reason=%q} = %v, want %v", reason, got, want)
+			synctest.Wait()
+			if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+				t.Fatalf("fifth call: err = %v, want ErrBulkheadFull", err)
 			}
-		}
+			if got, want := b.limit(), 4; got != want {
+				t.Errorf("limit after a rejection = %d, want %d", got, want)
+			}
+			sendAll(g, errDeclined)
+			wg.Wait()
+			b.expectRejected(t, map[string]float64{reasonLimit: 1, reasonOpen: 0, reasonHalfOpen: 0})
+		})
 	})
+	t.Run("by the breaker", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			// A gentle backoff keeps the limit above its floor after the
+			// ten failures that open the breaker, so a rejection that
+			// counted would show.
+			b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial, c.LimitMax, c.LimitBackoff = 1, 20, 20, 0.99 })
+			for range 10 {
+				_, _ = b.do(fail)
+			}
+			if got := b.p.State(); got != StateOpen {
+				t.Fatalf("state = %v, want open", got)
+			}
+			before := b.limit()
+			if before <= 1 {
+				t.Fatalf("limit after opening = %d, want it above the floor", before)
+			}
+			for range 20 {
+				if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
+					t.Fatalf("err = %v, want ErrOpen", err)
+				}
+			}
+			if got := b.limit(); got != before {
+				t.Errorf("limit after breaker rejections = %d, want %d", got, before)
+			}
+			b.expectRejected(t, map[string]float64{reasonLimit: 0, reasonOpen: 20, reasonHalfOpen: 0})
+		})
+	})
+}
+
+// expectRejected checks resilience_rejected_total by reason.
+func (b bundle) expectRejected(t *testing.T, want map[string]float64) {
+	t.Helper()
+	for reason, n := range want {
+		if got := counterValue(t, b.m.rejected.WithLabelValues("payment", reason)); got != n {
+			t.Errorf("resilience_rejected_total{reason=%q} = %v, want %v", reason, got, n)
+		}
+	}
 }
 
 func TestStaticLimitNeverMoves(t *testing.T) {
@@ -398,7 +419,7 @@ func TestStaticLimitNeverMoves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, func(c *Config) { c.Limit, c.BulkheadSize = LimitStatic, 6 })
 		pr := &provider{latency: healthyLatency}
-		_, stop := b.load(pr, 80)
+		_, stop := b.load(t, pr, 80)
 		advance(time.Second)
 		pr.set(0)
 		advance(time.Second)
