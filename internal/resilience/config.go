@@ -188,33 +188,47 @@ func DefaultConfig() Config {
 		// 75 ms and the orders due from 100 ms on must wait for the first
 		// completion, at ~200 ms, and the slots it adds. With 50 ms, the
 		// article's demo value, 3 of 240 orders are deferred in that cold
-		// start (TestAdaptiveLimitColdStartAt40PerSecond), with 100 ms none.
-		// Waiting longer only delays the fallback while hung calls hold the
-		// slots, which lasts until the breaker opens.
+		// start (TestAdaptiveLimitColdStartAt40PerSecond), with 100 ms none
+		// there and 1 of 240 in the experiment's healthy 40 req/s run (239 ×
+		// 201; the static 4 slots: 122 × 201). Waiting longer only delays
+		// the fallback while hung calls hold the slots, until the breaker
+		// opens.
 		BulkheadWait: 100 * time.Millisecond,
 		BulkheadSize: 4, // article: 4 concurrent calls (the static limit)
 
 		// DESIGN.md: the adaptive limit starts where the article's bulkhead
 		// sits, 4, which is right at 20 req/s and grows within a few round
-		// trips when the load needs more.
+		// trips when the load needs more (4 → 12 within the first second of
+		// the healthy 40 req/s run).
 		LimitInitial: 4,
-		// One call in flight is what a process keeps probing a congested
-		// provider with: every slot above the floor is a call a hung
-		// provider holds for its whole hang (the simulator and real
-		// providers keep working on calls whose client gave up), and the
-		// limit doubles back within a few healthy round trips.
+		// The floor is what a congested provider still gets from this
+		// process: the calls a half-open breaker's probes can make into a
+		// provider that still hangs, each held for the whole hang (the
+		// simulator, like a real provider, keeps working on calls whose
+		// client gave up). One is the least. The price is a slower
+		// recovery: the breaker's 3 probes go one at a time at first, so in
+		// the 20 req/s outage run 13–14 orders due after the outage got 202
+		// (9 with a floor of 3, in the one run we could measure; 6 with the
+		// static 4 slots) — all of them paid by the worker within seconds.
 		LimitMin: 1,
 		// The ramp's peak, 80 req/s × 0.2 s = 16 calls in flight, plus a
-		// quarter for jitter. It is also the HTTP client's connection cap
+		// quarter for jitter: in the experiment's ramp the limit rose from
+		// 4 to 17 and every one of the 900 orders was answered 201 (the
+		// static 4 slots: 385). It is also the HTTP client's connection cap
 		// (MaxConcurrency), so it bounds what one process can ever pile on
 		// the provider.
 		LimitMax: 20,
 		// Halve per congested call, TCP's multiplicative decrease (RFC
 		// 5681), the low end of the [0.5, 1) Netflix's AIMDLimit accepts
 		// (its default is 0.9). Each hung call reports once, at the slow
-		// threshold, so a hang halves the limit once per call it holds and
-		// the limit reaches its floor after a few; a lone slow outlier
-		// costs one halving, undone by as many healthy calls.
+		// threshold, so a hang halves the limit once per call it holds:
+		// in the 20 req/s outage run it fell 6 → 3 → 1 within 50 ms, 0.45 s
+		// into the hang, while its 6 hung calls were still in flight (with
+		// 0.9: 5 slow calls, 6 → 5 → 4 → 3 → 2 → 1; from the ramp's 17, 12
+		// instead of 4). A provider slowed by its own queue needs its load
+		// cut decisively, which is why TCP halves. A lone slow outlier costs
+		// one halving, regained one slot per healthy call while the load
+		// presses on the limit.
 		LimitBackoff: 0.5,
 	}
 }

@@ -36,9 +36,9 @@ const (
 // which estimate queueing from completed calls' latency against a baseline
 // — and loss-based ones, AIMD, which react to drops. The delay-based ones
 // learn only from calls that complete: failsafe-go recomputes its limit at
-// most once a second and only after 50 samples, Gradient2 and Vegas on each
-// completed sample, and failsafe-go drops timed-out calls from its samples
-// altogether. A hung dependency completes nothing until the attempt
+// most once a second and only after 50 samples (its defaults), Gradient2
+// and Vegas per completed sample or sample window, and failsafe-go leaves
+// timed-out calls out of its samples altogether (Permit.Drop). A hung dependency completes nothing until the attempt
 // timeout, so all of them go on admitting calls into it for at least that
 // long. This stack already has a better drop signal than latency
 // statistics: the breaker's slow-call timer fires the moment a call has
@@ -58,14 +58,20 @@ const (
 //     the same reason). One per healthy call doubles the limit per round
 //     trip while demand exceeds it, like TCP's slow start, so a limit that
 //     starts at 4 reaches rate × latency within a few hundred milliseconds.
-//   - A congested call multiplies the limit by backoff (at least min), the
-//     moment it is known: a call still in flight past the slow threshold
-//     counts right then, reported by the breaker's slow-call timer. A
+//     The limit keeps what it reached while the dependency stays healthy;
+//     only congestion lowers it.
+//   - A congested call — one that ran past the slow threshold, timed out,
+//     or failed with a transient error (a 5xx, a 429, a refused
+//     connection: the provider in trouble, the breaker's failures) —
+//     multiplies the limit by backoff (at least min), the moment it is
+//     known: a call still in flight past the slow threshold counts right
+//     then, reported by the breaker's slow-call timer, and only once. A
 //     hung dependency therefore shrinks the limit below the calls it is
 //     holding before any of them completes or times out, and the slots
 //     those calls free when they time out are not handed to new calls.
 //   - Declines and other final answers, callers that gave up, and calls the
-//     breaker refused say nothing about capacity and leave the limit alone.
+//     breaker or the limit refused say nothing about capacity and leave the
+//     limit alone.
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
 // added by an increase, goes to the caller that has waited longest.
