@@ -66,7 +66,11 @@ type breaker struct {
 	epoch     time.Time
 	openUntil atomic.Int64
 
-	calls       callCounters
+	calls callCounters
+	// limit hears each slow call the moment the slow timer fires, the same
+	// signal the slow-call rule counts, so it can shrink before the call
+	// completes. Set once by New, before any call.
+	limit       *limiter
 	stateGauge  prometheus.Gauge
 	transitions *prometheus.CounterVec
 	name        string
@@ -188,8 +192,10 @@ func (b *breaker) allow() (*call, error) {
 	if err != nil {
 		b.calls.rejected.Inc()
 		if err == gobreaker.ErrOpenState {
+			b.calls.rejectedOpen.Inc()
 			return nil, ErrOpen
 		}
+		b.calls.rejectedHalfOpen.Inc()
 		return nil, ErrTooManyRequests
 	}
 	c := b.pool.Get().(*call)
@@ -200,9 +206,10 @@ func (b *breaker) allow() (*call, error) {
 	return c, nil
 }
 
-// call tracks one admitted call so that its outcome reaches gobreaker
-// exactly once: either from the slow timer, the moment the call passes the
-// slow threshold, or from the call's completion, whichever comes first.
+// call tracks one admitted call so that its outcome reaches gobreaker, and
+// the concurrency limit, exactly once: either from the slow timer, the
+// moment the call passes the slow threshold, or from the call's completion,
+// whichever comes first.
 type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
@@ -218,8 +225,8 @@ const (
 )
 
 // startClock starts the slow-call timer. The stack calls it once the call
-// holds a bulkhead slot, so time spent queueing for a slot, which says
-// nothing about the dependency, does not count.
+// holds a slot of the concurrency limit, so time spent queueing for a
+// slot, which says nothing about the dependency, does not count.
 func (c *call) startClock() {
 	c.armed = true
 	c.timer.Reset(c.b.slowAfter)
@@ -227,21 +234,24 @@ func (c *call) startClock() {
 
 // onSlow runs on the timer's goroutine while the call is still in flight.
 // Reporting now, rather than when the call returns, is what trips the
-// breaker while hung calls are still holding connections (gobreaker #91).
+// breaker while hung calls are still holding connections (gobreaker #91),
+// and what shrinks the adaptive limit before a hung call has completed.
 func (c *call) onSlow() {
 	if !c.state.CompareAndSwap(running, reportedSlow) {
 		return // the call finished first
 	}
 	c.b.calls.slow.Inc()
 	c.done(reportSlow)
+	c.b.limit.congested()
 }
 
-// finish reports how the call ended, unless onSlow already reported it as
-// slow, in which case the result still goes back to the caller but the
-// breaker hears nothing more.
-func (c *call) finish(report error, counter prometheus.Counter) {
+// finish reports how the call ended and returns true, unless onSlow already
+// reported it as slow: then the result still goes back to the caller but
+// the breaker hears nothing more, and finish returns false so the caller
+// does not tell the limit twice either.
+func (c *call) finish(report error, counter prometheus.Counter) bool {
 	if !c.state.CompareAndSwap(running, finished) {
-		return
+		return false
 	}
 	// Recycle only when the timer provably never fired: if Stop is too
 	// late, onSlow may still be running and reading c.
@@ -252,4 +262,5 @@ func (c *call) finish(report error, counter prometheus.Counter) {
 		c.done = nil
 		c.b.pool.Put(c)
 	}
+	return true
 }
