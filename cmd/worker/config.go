@@ -37,14 +37,16 @@ type config struct {
 // provider with its whole backlog. No customer waits on a background
 // charge, so the worker has nothing to gain from confirming an outage with
 // more calls, each of which a hung provider keeps working on: its breaker
-// may trip after 4 calls (its bulkhead's worth) rather than 10, and probes
-// recovery with 1 call rather than 3 (measured in the experiment: the
-// provider's max in-flight during an outage drops by about as many calls).
+// may trip after 4 calls rather than 10, probes recovery with 1 call
+// rather than 3, and its concurrency limit starts at 1 call and grows only
+// while calls succeed (measured in the experiment: the provider's max
+// in-flight during an outage drops by about as many calls as these save).
 func workerResilienceDefaults() resilience.Config {
 	d := resilience.DefaultConfig()
 	d.Mode = resilience.ModeProtected
-	d.MinCalls = d.BulkheadSize
+	d.MinCalls = 4
 	d.HalfOpenProbes = 1
+	d.LimitInitial = 1
 	return d
 }
 

@@ -284,7 +284,9 @@ func TestPartialOutage(t *testing.T) {
 func TestBulkheadFullFallsBack(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.Resilience.BulkheadSize, c.Resilience.BulkheadWait = 1, 0 })
+		b := setup(t, func(c *Config) {
+			c.Resilience.Limit, c.Resilience.BulkheadSize, c.Resilience.BulkheadWait = resilience.LimitStatic, 1, 0
+		})
 		b.lookup(t, "SKU-2")
 		advance(b.cfg.TTL)
 		b.cat.set(func(f *fakeCatalog) { f.delay = 300 * time.Millisecond })

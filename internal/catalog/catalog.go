@@ -119,7 +119,7 @@ type Config struct {
 	// to the cache); the request carries on for whoever shares it.
 	Budget time.Duration
 	// Resilience tunes the policy named "catalog", the same settings the
-	// payment policy takes. Its BulkheadSize also caps the HTTP client's
+	// payment policy takes. Its maximum concurrency also caps the HTTP client's
 	// connections in protected mode.
 	Resilience resilience.Config
 }

@@ -54,9 +54,9 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	maxConns := cfg.Resilience.BulkheadSize
-	if cfg.Resilience.Mode != resilience.ModeProtected {
-		maxConns = -1
+	maxConns := cfg.Resilience.MaxConcurrency() // the limit's maximum; 0 outside protected mode
+	if maxConns == 0 {
+		maxConns = -1 // no cap: a cap is a concurrency limit too
 	}
 	c, err := newClient(cfg.URL, maxConns)
 	if err != nil {
