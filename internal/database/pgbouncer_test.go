@@ -49,7 +49,7 @@ type bouncerBundle struct {
 // server sessions.
 var execModes = []string{"exec", "simple_protocol"}
 
-func setupBouncer(t *testing.T, execMode string) *bouncerBundle {
+func setupBouncer(t *testing.T, execMode string, cfg dbtest.PgBouncerConfig) *bouncerBundle {
 	t.Helper()
 	ctx := context.Background()
 	directURL := dbtest.URL(t)
@@ -71,7 +71,7 @@ func setupBouncer(t *testing.T, execMode string) *bouncerBundle {
 		t.Fatal(err)
 	}
 
-	b := &bouncerBundle{direct: direct, bouncer: dbtest.StartPgBouncer(t, directURL, dbtest.PgBouncerConfig{})}
+	b := &bouncerBundle{direct: direct, bouncer: dbtest.StartPgBouncer(t, directURL, cfg)}
 	u := mustParse(t, b.bouncer.URL())
 	q := u.Query()
 	q.Set("default_query_exec_mode", execMode)
@@ -131,7 +131,7 @@ func TestCheckoutAndWorkerThroughPgBouncer(t *testing.T) {
 }
 
 func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
-	b := setupBouncer(t, execMode)
+	b := setupBouncer(t, execMode, dbtest.PgBouncerConfig{})
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
 	sim := simtest.Start(t, 0)
@@ -270,8 +270,8 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 	}
 	// A NOTIFY that reaches a server connection no client holds means
 	// someone ran LISTEN through the bouncer (River without PollOnly): in
-	// transaction mode the listening session goes back to the pool, its
-	// notifications are dropped and PgBouncer closes that connection.
+	// transaction mode the listening session goes back to the pool, and
+	// PgBouncer drops its notifications with this warning.
 	if strings.Contains(b.bouncer.Log(), "when not linked") {
 		t.Errorf("PgBouncer got a notification for no client: something LISTENs through it (River's PollOnly off?)\n%s", b.bouncer.Log())
 	}
@@ -283,7 +283,7 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 // unavailable (a 503, not a 500).
 func TestStatementTimeoutThroughPgBouncer(t *testing.T) {
 	t.Parallel()
-	b := setupBouncer(t, execModes[0])
+	b := setupBouncer(t, execModes[0], dbtest.PgBouncerConfig{})
 	pool := b.pool(t)
 	ctx := context.Background()
 	var setting string
@@ -300,21 +300,41 @@ func TestStatementTimeoutThroughPgBouncer(t *testing.T) {
 	}
 }
 
-// TestStatementTimeoutStartupParameterIsRejectedByPgBouncer is why
+// TestStatementTimeoutStartupParameterThroughPgBouncer is why
 // DB_STATEMENT_TIMEOUT must be 0 behind PgBouncer: the startup parameter
-// Open sends for it fails every connection.
-func TestStatementTimeoutStartupParameterIsRejectedByPgBouncer(t *testing.T) {
+// Open sends for it fails every connection, and a bouncer told to ignore
+// it drops it, so the session runs with the role's or database's setting
+// whatever the process asked for.
+func TestStatementTimeoutStartupParameterThroughPgBouncer(t *testing.T) {
 	t.Parallel()
-	b := setupBouncer(t, execModes[0])
-	pool, err := database.Open(context.Background(), database.Config{URL: b.url, StatementTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	open := func(t *testing.T, b *bouncerBundle) *pgxpool.Pool {
+		pool, err := database.Open(ctx, database.Config{URL: b.url, StatementTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
 	}
-	defer pool.Close()
-	err = pool.Ping(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "unsupported startup parameter") {
-		t.Errorf("ping with statement_timeout as a startup parameter = %v, want PgBouncer's unsupported startup parameter", err)
-	}
+	t.Run("rejected", func(t *testing.T) {
+		t.Parallel()
+		pool := open(t, setupBouncer(t, execModes[0], dbtest.PgBouncerConfig{}))
+		err := pool.Ping(ctx)
+		if err == nil || !strings.Contains(err.Error(), "unsupported startup parameter") {
+			t.Errorf("ping with statement_timeout as a startup parameter = %v, want PgBouncer's unsupported startup parameter", err)
+		}
+	})
+	t.Run("ignored", func(t *testing.T) {
+		t.Parallel()
+		pool := open(t, setupBouncer(t, execModes[0], dbtest.PgBouncerConfig{IgnoreStartupParameters: []string{"statement_timeout"}}))
+		var setting string
+		if err := pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&setting); err != nil {
+			t.Fatal(err)
+		}
+		if setting != "1s" {
+			t.Errorf("statement_timeout = %s, want the database's 1s: PgBouncer drops the 2s sent", setting)
+		}
+	})
 }
 
 func bouncerOrder(paymentMethod string) order.PlaceRequest {

@@ -45,9 +45,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// PollOnly makes River poll for new jobs and leadership instead of
 	// using LISTEN/NOTIFY, which needs a session of its own: required
-	// behind a pooler in transaction mode (PgBouncer), where LISTEN never
-	// hears a NOTIFY. Jobs are then picked up within River's
-	// FetchPollInterval (1 s) of becoming due.
+	// behind a pooler in transaction mode (PgBouncer), which hands the
+	// listening session to other clients and drops its notifications. A
+	// newly available job then waits for the next fetch (River's
+	// FetchPollInterval, 1 s).
 	PollOnly bool
 }
 
