@@ -86,6 +86,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 			KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
 			PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
 			ShutdownTimeout:      shutdownTimeout,
+			// true behind a pooler in transaction mode, where LISTEN cannot
+			// work (README.md "PgBouncer").
+			PollOnly: env.OneOf("RIVER_POLL_ONLY", "false", "true", "false") == "true",
 		},
 		RiverUIUser:     env.String("RIVERUI_USER", ""),
 		RiverUIPassword: env.String("RIVERUI_PASSWORD", ""),

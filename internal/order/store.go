@@ -280,7 +280,7 @@ func Unsettled(ctx context.Context, q Querier, status Status, olderThan time.Dur
 			WHERE j.kind = $3 AND j.args @> jsonb_build_object('order_id', o.id)
 			  AND j.state::text = ANY($4))
 		ORDER BY o.updated_at
-		LIMIT $5`, status, olderThan.Seconds(), ChargeArgs{}.Kind(), liveJobStates, limit)
+		LIMIT $5`, status, olderThan.Seconds(), ChargeArgs{}.Kind(), liveJobStateNames, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find %s orders without a charge job: %w", status, err)
 	}

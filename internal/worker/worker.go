@@ -43,6 +43,13 @@ type Config struct {
 	KeyRetention, PruneInterval time.Duration
 	// ShutdownTimeout bounds the soft stop: running charges may finish.
 	ShutdownTimeout time.Duration
+	// PollOnly makes River poll for new jobs and leadership instead of
+	// using LISTEN/NOTIFY, which needs a session of its own: required
+	// behind a pooler in transaction mode (PgBouncer), which hands the
+	// listening session to other clients and drops its notifications. A
+	// newly available job then waits for the next fetch (River's
+	// FetchPollInterval, 1 s).
+	PollOnly bool
 }
 
 // Worker is the River client with every job the worker runs.
@@ -77,6 +84,7 @@ func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registe
 		PeriodicJobs:         append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval)),
 		JobTimeout:           ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
+		PollOnly:             cfg.PollOnly,
 		Logger:               log,
 	})
 	if err != nil {
