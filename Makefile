@@ -42,7 +42,8 @@ up:
 compose-smoke:
 	scripts/compose-smoke
 
-## lint: static checks
+## lint: formatting, go vet and golangci-lint (configured in .golangci.yml, built from the tool module in tools/)
 lint:
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(GO) tool -modfile=tools/go.mod golangci-lint run ./...

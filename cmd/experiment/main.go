@@ -122,7 +122,7 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 // combine prints one Markdown table for the JSON reports in paths.
 func combine(paths []string, stdout io.Writer) error {
 	if len(paths) == 0 {
-		return errors.New("usage: experiment report FILE.json...")
+		return errors.New("usage: experiment report FILE.json [FILE.json …]")
 	}
 	reports := make([]experiment.Report, len(paths))
 	for i, path := range paths {

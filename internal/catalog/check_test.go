@@ -105,7 +105,7 @@ func TestQuoteCheck(t *testing.T) {
 				t.Errorf("current prices: got %v, want those of %v", mismatch.Prices, skus)
 			}
 			for _, other := range []error{ErrUnknownSKU, ErrPriceChanged, ErrUnavailable} {
-				if other != tt.kind && errors.Is(err, other) {
+				if !errors.Is(other, tt.kind) && errors.Is(err, other) {
 					t.Errorf("error also matches %v", other)
 				}
 			}

@@ -27,7 +27,7 @@ func DebugHandler() http.Handler {
 // serveDebug runs DebugHandler on addr until ctx is done. Profiles take as
 // long as they are asked for (seconds=30), so it has no write timeout.
 func serveDebug(ctx context.Context, addr string, logger *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (DEBUG_ADDR): %w", addr, err)
 	}

@@ -58,7 +58,7 @@ type Config struct {
 // cfg.ShutdownTimeout for in-flight requests. It returns nil after a clean
 // shutdown.
 func Serve(ctx context.Context, cfg Config, handler http.Handler, logger *slog.Logger) error {
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}

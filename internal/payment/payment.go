@@ -210,7 +210,7 @@ func (c *Client) chargeOnce(ctx context.Context, req ChargeRequest) (Receipt, er
 	if err != nil {
 		return Receipt{}, &Error{Kind: ErrPermanent, Err: err}
 	}
-	resp, body, err := c.send(httpReq)
+	resp, body, err := c.send(httpReq) //nolint:bodyclose // send reads the body and closes it
 	if err != nil {
 		return Receipt{}, err
 	}

@@ -103,7 +103,7 @@ func BenchmarkClosed(b *testing.B) {
 					return err
 				}
 				if err := p.limit.acquire(ctx); err != nil {
-					c.finish(reportExcluded, p.breaker.calls.rejected)
+					c.finish(errReportExcluded, p.breaker.calls.rejected)
 					return err
 				}
 				c.startClock()

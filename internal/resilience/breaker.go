@@ -38,9 +38,9 @@ var (
 // judged the call's error, so gobreaker's callbacks only compare sentinels
 // and never run caller code under gobreaker's lock.
 var (
-	reportFailure  = errors.New("failure")
-	reportSlow     = errors.New("slow call")
-	reportExcluded = errors.New("excluded")
+	errReportFailure  = errors.New("failure")
+	errReportSlow     = errors.New("slow call")
+	errReportExcluded = errors.New("excluded")
 )
 
 // breaker is gobreaker's two-step breaker plus the two rules it lacks: a
@@ -118,7 +118,7 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		Timeout:       b.openFor,
 		ReadyToTrip:   func(gobreaker.Counts) bool { return b.win.tripped(b.minCalls, b.failureRate, b.slowRate) },
 		OnStateChange: b.onStateChange,
-		IsExcluded:    func(err error) bool { return err == reportExcluded },
+		IsExcluded:    func(err error) bool { return errors.Is(err, errReportExcluded) },
 		IsSuccessful:  b.record,
 	})
 	b.stateGauge.Set(float64(StateClosed))
@@ -132,11 +132,11 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 // generations: a hung call that finally returns after the breaker opened
 // cannot pollute the next window.
 func (b *breaker) record(err error) bool {
-	switch err {
-	case nil:
+	switch {
+	case err == nil:
 		b.win.add(succeeded)
 		return true
-	case reportSlow:
+	case errors.Is(err, errReportSlow):
 		b.win.add(slow)
 	default:
 		b.win.add(failed)
@@ -191,7 +191,7 @@ func (b *breaker) allow() (*call, error) {
 	done, err := b.cb.Allow()
 	if err != nil {
 		b.calls.rejected.Inc()
-		if err == gobreaker.ErrOpenState {
+		if errors.Is(err, gobreaker.ErrOpenState) {
 			b.calls.rejectedOpen.Inc()
 			return nil, ErrOpen
 		}
@@ -241,7 +241,7 @@ func (c *call) onSlow() {
 		return // the call finished first
 	}
 	c.b.calls.slow.Inc()
-	c.done(reportSlow)
+	c.done(errReportSlow)
 	c.b.limit.congested()
 }
 

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -164,7 +165,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 	if w.granted {
 		// A slot was granted while the wait ended. A caller still
 		// waiting takes it; one that gave up hands it on.
-		if err == ErrBulkheadFull {
+		if errors.Is(err, ErrBulkheadFull) {
 			l.mu.Unlock()
 			return nil
 		}
@@ -176,7 +177,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 	}
 	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	l.mu.Unlock()
-	if err == ErrBulkheadFull {
+	if errors.Is(err, ErrBulkheadFull) {
 		return l.reject()
 	}
 	return err

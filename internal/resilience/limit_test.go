@@ -488,7 +488,7 @@ func TestLimiterAcquire(t *testing.T) {
 						t.Errorf("in use gauge = %v, want 1", got)
 					}
 					wantRejected := 0.0
-					if tt.wantErr == ErrBulkheadFull {
+					if errors.Is(tt.wantErr, ErrBulkheadFull) {
 						wantRejected = 1
 					}
 					for _, c := range m.rejected {

@@ -195,7 +195,7 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 
 // refused reports whether the stack refused an attempt without making it.
 func refused(err error) bool {
-	return err == ErrOpen || err == ErrTooManyRequests || err == ErrBulkheadFull
+	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) || errors.Is(err, ErrBulkheadFull)
 }
 
 // attempt makes one attempt through the breaker, the concurrency limit and
@@ -210,10 +210,10 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		// nothing about the dependency: excluded, and not retried, since
 		// another attempt would only add to the load that filled it.
 		counter := p.breaker.calls.rejected
-		if err != ErrBulkheadFull {
+		if !errors.Is(err, ErrBulkheadFull) {
 			counter = p.breaker.calls.excluded
 		}
-		c.finish(reportExcluded, counter)
+		c.finish(errReportExcluded, counter)
 		return v, false, err
 	}
 	c.startClock()
@@ -224,7 +224,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		// forever. A panic is a bug of ours, not the dependency's
 		// congestion, so the limit hears nothing. The panic carries on.
 		if !completed {
-			c.finish(reportFailure, p.breaker.calls.failure)
+			c.finish(errReportFailure, p.breaker.calls.failure)
 			p.limit.release(noSignal)
 		}
 	}()
@@ -242,19 +242,19 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 			s = healthy
 		}
 	case timedOut:
-		if c.finish(reportFailure, calls.failure) {
+		if c.finish(errReportFailure, calls.failure) {
 			s = congested
 		}
 		retry = true
 	case ctx.Err() != nil:
-		c.finish(reportExcluded, calls.excluded) // the caller gave up, not the dependency
+		c.finish(errReportExcluded, calls.excluded) // the caller gave up, not the dependency
 	case p.classify(err) == Transient:
-		if c.finish(reportFailure, calls.failure) {
+		if c.finish(errReportFailure, calls.failure) {
 			s = congested
 		}
 		retry = true
 	default:
-		c.finish(reportExcluded, calls.excluded)
+		c.finish(errReportExcluded, calls.excluded)
 	}
 	p.limit.release(s)
 	return v, retry, err

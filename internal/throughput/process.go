@@ -72,13 +72,13 @@ func (p *process) awaitHealthy(ctx context.Context, within time.Duration) error 
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before it was healthy (%v)%s", p.name, p.err, p.logTail())
+			return fmt.Errorf("%s exited before it was healthy (%w)%s", p.name, p.err, p.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond): // polling another process
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: /health not OK within %s (last: %v)%s", p.name, within, err, p.logTail())
+			return fmt.Errorf("%s: /health not OK within %s (last: %w)%s", p.name, within, err, p.logTail())
 		}
 	}
 }
@@ -113,7 +113,7 @@ func (p *process) exitError() error {
 func (p *process) exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited during the run (%v)%s", p.name, p.err, p.logTail())
+		return fmt.Errorf("%s exited during the run (%w)%s", p.name, p.err, p.logTail())
 	default:
 		return nil
 	}

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.migrateTemplate(ctx, template); err != nil {
 		return nil, err
 	}
-	defer c.dropDatabase(context.WithoutCancel(ctx), template)
+	defer func() { _ = c.dropDatabase(context.WithoutCancel(ctx), template) }() // best effort: the cluster is thrown away
 
 	report := &Report{
 		StartedAt: time.Now().UTC(),
@@ -250,7 +250,7 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	if err := r.cluster.createDatabase(ctx, database, template); err != nil {
 		return Result{}, err
 	}
-	defer r.cluster.dropDatabase(context.WithoutCancel(ctx), database)
+	defer func() { _ = r.cluster.dropDatabase(context.WithoutCancel(ctx), database) }() // best effort: the cluster is thrown away
 
 	ps, err := r.stack(ctx, variant, run, database)
 	if err != nil {

@@ -112,7 +112,7 @@ func TestOrdersScript(t *testing.T) {
 		defer mu.Unlock()
 		if err != nil || r.Method != http.MethodPost || r.URL.Path != "/orders" ||
 			r.Header.Get("Content-Type") != "application/json" || len(o.Items) != 2 {
-			other = fmt.Errorf("unexpected request %s %s %s: %v", r.Method, r.URL, r.Header, err)
+			other = fmt.Errorf("unexpected request %s %s %s: %w", r.Method, r.URL, r.Header, err)
 		}
 		key := r.Header.Get("Idempotency-Key")
 		keys[key]++

@@ -186,7 +186,7 @@ func waitReady(u url.URL, exited <-chan error) error {
 		}
 		select {
 		case werr := <-exited:
-			return fmt.Errorf("pgbouncer exited: %v", werr)
+			return fmt.Errorf("pgbouncer exited: %w", werr)
 		default:
 		}
 		if time.Now().After(deadline) {
