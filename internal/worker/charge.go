@@ -112,9 +112,15 @@ func (w *ChargeWorker) NextRetry(job *river.Job[order.ChargeArgs]) time.Time {
 	return time.Now().Add(retryDelay(job.Attempt))
 }
 
-// retryCeiling is the longest wait between retries, also the pace at which
-// an unresolved order keeps asking the provider.
+// retryCeiling is the longest wait between retries.
 const retryCeiling = 10 * time.Minute
+
+// unresolvedPace is how often an order past giving up asks the provider's
+// lookup again while the lookup fails. A lookup is a read that charges
+// nothing, so once a minute is cheap, and an order then settles within a
+// minute of the provider answering again (at the retry ceiling it could
+// wait ten).
+const unresolvedPace = time.Minute
 
 func retryDelay(attempt int) time.Duration {
 	const base, ceiling = time.Second, retryCeiling
@@ -148,7 +154,7 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[order.ChargeArgs
 	w.log.ErrorContext(ctx, "order unresolved after giving up on charging it; asking the provider again later",
 		"order_id", job.Args.OrderID, "attempts", job.Attempt, "err", err)
 	w.metrics.jobs.WithLabelValues(jobUnresolved).Inc()
-	return river.JobSnooze(retryCeiling)
+	return river.JobSnooze(unresolvedPace)
 }
 
 func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs]) error {
