@@ -22,6 +22,7 @@ type config struct {
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 	Database        database.Config
+	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
 	APIPool         resilience.PoolConfig
@@ -47,6 +48,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
+		Tracing:         env.Tracing("checkout"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{

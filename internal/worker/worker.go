@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -43,6 +44,10 @@ type Config struct {
 	KeyRetention, PruneInterval time.Duration
 	// ShutdownTimeout bounds the soft stop: running charges may finish.
 	ShutdownTimeout time.Duration
+	// Plugins are River plugins for the worker's client, e.g.
+	// telemetry.RiverPlugin: its work spans link each charge to the
+	// request that deferred the order.
+	Plugins []rivertype.Plugin
 }
 
 // Worker is the River client with every job the worker runs.
@@ -78,6 +83,7 @@ func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registe
 		JobTimeout:           ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
 		Logger:               log,
+		Plugins:              cfg.Plugins,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
