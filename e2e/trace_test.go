@@ -81,7 +81,8 @@ func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 			t.Errorf("checkout's trace has no %q under POST /orders:\n%s", name, tree(api))
 		}
 	}
-	t.Logf("checkout's trace:\n%s\nworker's trace:\n%s", tree(api), tree(col.trace(work.traceID)))
+	t.Logf("checkout's trace:\n%s\nworker's trace (its charge started %v after POST /orders):\n%s",
+		tree(api), work.start.Sub(request.start).Round(time.Millisecond), tree(col.trace(work.traceID)))
 }
 
 func postOrder(t *testing.T, baseURL, key string) (id string, status int) {
