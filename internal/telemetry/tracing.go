@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -89,10 +90,38 @@ func NewTracing(ctx context.Context, cfg TracingConfig, log *slog.Logger) (*Trac
 	)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(Propagator)
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("opentelemetry", "err", err)
-	}))
+	otel.SetErrorHandler(newErrorLog(log, time.Minute))
 	return &Tracing{Provider: tp, sdk: tp}, nil
+}
+
+// errorLog logs OpenTelemetry's errors — failed exports, mostly — at most
+// once per interval, counting the ones it skipped: a trace backend that is
+// gone fails every batch (every 5 s by default), and the demo's compose file
+// points at Jaeger even when its profile is not running.
+type errorLog struct {
+	log      *slog.Logger
+	interval time.Duration
+	mu       sync.Mutex
+	last     time.Time
+	skipped  int
+}
+
+func newErrorLog(log *slog.Logger, interval time.Duration) *errorLog {
+	return &errorLog{log: log, interval: interval}
+}
+
+func (e *errorLog) Handle(err error) {
+	e.mu.Lock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < e.interval {
+		e.skipped++
+		e.mu.Unlock()
+		return
+	}
+	skipped := e.skipped
+	e.last, e.skipped = now, 0
+	e.mu.Unlock()
+	e.log.Warn("opentelemetry: spans may be lost", "err", err, "errors_not_logged", skipped, "next_log_after", e.interval.String())
 }
 
 // Enabled reports whether spans are exported.
