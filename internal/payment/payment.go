@@ -99,9 +99,9 @@ func NewClient(cfg Config) (*Client, error) {
 // traced gives every request to the provider a client span "POST /v1/charges" (the path
 // carries no ids: the lookup's reference is in the query) and sends the W3C traceparent
 // along. The span comes from the tracer provider of the caller's span — the server span of
-// POST /orders, the worker's job span — so the client needs none of its own (without a
-// caller's span: the global provider's, a no-op unless tracing is on). It changes nothing about re-sends: the request keeps GetBody nil
-// (see newRequest).
+// POST /orders, the worker's job span — so the client needs no provider of its own (without
+// a caller's span: the global one, a no-op unless tracing is on). It changes nothing about
+// re-sends: the request keeps GetBody nil (see newRequest).
 func traced(rt http.RoundTripper) http.RoundTripper {
 	return otelhttp.NewTransport(rt,
 		otelhttp.WithPropagators(propagation.TraceContext{}),

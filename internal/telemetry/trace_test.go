@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +64,8 @@ func TestDeferredOrderTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	checkout := startCheckout(t, pool, sim.URL, tp, log)
+	var logs syncBuffer
+	checkout := startCheckout(t, pool, sim.URL, tp, slog.New(slog.NewJSONHandler(&logs, nil)))
 
 	first := placeOrder(t, checkout, "trace-1")
 	second := placeOrder(t, checkout, "trace-2")
@@ -101,6 +103,9 @@ func TestDeferredOrderTrace(t *testing.T) {
 		if !hasEvent(req1, e) {
 			t.Errorf("first request: no %q event on the server span; events: %v", e, eventNames(req1))
 		}
+	}
+	if want := `"trace_id":"` + req1.SpanContext.TraceID().String() + `"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("no request log line carries the request's trace id %s:\n%s", want, logs.String())
 	}
 	insert1 := onlyChild(t, got, req1, "river.insert_many")
 	if len(dbChildren(got, insert1)) == 0 {
@@ -356,4 +361,22 @@ func dump(spans tracetest.SpanStubs) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// syncBuffer collects the log lines of concurrent requests.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
