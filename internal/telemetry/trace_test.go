@@ -144,6 +144,62 @@ func TestDeferredOrderTrace(t *testing.T) {
 	}
 }
 
+// TestSweptOrderTrace: a pending order whose request died has no request
+// context to carry; the charge job the worker's sweep inserts for it links
+// to the sweep's own trace instead (as the README says).
+func TestSweptOrderTrace(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx := context.Background()
+	sim := simtest.Start(t, 0)
+	pool, err := database.Open(ctx, database.Config{URL: dbtest.URL(t), MaxConns: 10, Tracer: telemetry.PgxTracer(tp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// What a checkout killed mid-request leaves: a pending order, no job.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total, created_at, updated_at)
+		VALUES ($1, 'pending', 'cus_1', 'USD', 'pm_card_visa', $2, 2598, now() - interval '1 minute', now() - interval '1 minute')`,
+		uuid.New(), []order.Item{{SKU: "SKU-1", Quantity: 2, UnitPrice: 1299}}); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, pool, sim.URL, tp, slog.New(slog.DiscardHandler)) // the sweep runs at start
+
+	var got tracetest.SpanStubs
+	deadline := time.Now().Add(30 * time.Second)
+	for got = spans.GetSpans(); len(workSpans(got)) == 0; got = spans.GetSpans() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no charge span within 30 s; spans:\n%s", dump(got))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	work := workSpans(got)[0]
+	if len(work.Links) != 1 {
+		t.Fatalf("charge span has %d links, want 1 (to the sweep's insert)", len(work.Links))
+	}
+	var insert tracetest.SpanStub
+	for _, s := range got {
+		if s.SpanContext.SpanID() == work.Links[0].SpanContext.SpanID() {
+			insert = s
+		}
+	}
+	if insert.Name != "river.insert_many" {
+		t.Fatalf("charge span links to %q, want the sweep's river.insert_many\n%s", insert.Name, dump(got))
+	}
+	parent := "(none)"
+	for _, s := range got {
+		if insert.Parent.IsValid() && s.SpanContext.SpanID() == insert.Parent.SpanID() {
+			parent = s.Name
+		}
+	}
+	if parent != "river.work/sweep_unsettled_orders" {
+		t.Errorf("the insert's parent is %s, want river.work/sweep_unsettled_orders\n%s", parent, dump(got))
+	}
+}
+
 func startCheckout(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.TracerProvider, log *slog.Logger) string {
 	t.Helper()
 	reg := prometheus.NewRegistry()
