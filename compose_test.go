@@ -496,7 +496,8 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// observability is the compose profile that adds Prometheus and Grafana.
+// observability is the compose profile that adds Prometheus, Grafana and
+// Jaeger.
 const observability = "observability"
 
 // observabilityServices maps each service of the profile to its published
@@ -515,6 +516,7 @@ var observabilityServices = map[string]struct {
 		"/etc/grafana/provisioning/dashboards":  "deploy/grafana/provisioning/dashboards",
 		"/var/lib/grafana/dashboards":           "deploy/grafana/dashboards",
 	}},
+	"jaeger": {port: "16686"},
 }
 
 func TestComposeObservabilityProfile(t *testing.T) {
@@ -679,6 +681,11 @@ func checkObservability(p *types.Project) []error {
 	}
 	if _, ok := p.Services["grafana"].DependsOn["prometheus"]; !ok {
 		fail("grafana", "does not depend on prometheus")
+	}
+	for _, app := range []string{"checkout", "worker"} {
+		if v := p.Services[app].Environment["OTEL_EXPORTER_OTLP_ENDPOINT"]; v == nil || *v != "http://jaeger:4318" {
+			fail(app, "does not export traces to jaeger's OTLP/HTTP port (OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318)")
+		}
 	}
 
 	var prom struct {

@@ -23,6 +23,7 @@ type config struct {
 	DrainDelay      time.Duration
 	Database        database.Config
 	MigrateWait     time.Duration // how long `checkout migrate` waits for the database
+	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
 	APIPool         resilience.PoolConfig
@@ -49,6 +50,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
 		MigrateWait:     env.Duration("MIGRATE_WAIT", 30*time.Second, 0, 10*time.Minute),
+		Tracing:         env.Tracing("checkout"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{

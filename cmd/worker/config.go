@@ -24,6 +24,7 @@ type config struct {
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 	Database        database.Config
+	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
 	Worker          worker.Config
@@ -64,6 +65,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout: shutdownTimeout,
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
+		Tracing:         env.Tracing("worker"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
 		Worker: worker.Config{

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,6 +35,8 @@ type Config struct {
 	// setting (ALTER ROLE … SET statement_timeout, README.md "PgBouncer")
 	// is the one every server session the pooler opens for it starts with.
 	StatementTimeout time.Duration
+	// Tracer, if set, traces every query (telemetry.PgxTracer).
+	Tracer pgx.QueryTracer
 }
 
 // Open builds a pool without connecting: pgxpool connects lazily, so a
@@ -59,6 +62,9 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	if cfg.StatementTimeout > 0 {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
 	}
 	// Connections that sat idle across a database restart are dead. pgxpool
 	// pings a connection idle for over a second before handing it out; this

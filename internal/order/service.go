@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -259,6 +261,8 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 		return s.settle(ctx, p, to)
 	case s.cfg.Fallback:
 		s.log.WarnContext(ctx, "payment deferred to the worker", "order_id", p.order.ID, "err", err)
+		trace.SpanFromContext(ctx).AddEvent("payment deferred", trace.WithAttributes(
+			attribute.String("order.id", p.order.ID.String()), attribute.String("error", err.Error())))
 		return s.deferOrder(ctx, p)
 	}
 	// No fallback: the order stays pending and the worker's sweep charges

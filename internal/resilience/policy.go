@@ -169,6 +169,9 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		if err == nil {
 			return v, nil
 		}
+		if refused(err) {
+			traceRejected(ctx, p, n, err)
+		}
 		if prev != nil && refused(err) {
 			// Keep the failure that made us retry; the refusal is what
 			// the caller's fallback decides on.
@@ -183,6 +186,7 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		}
 		p.retries.Inc()
 		p.backoffs.Observe(delay.Seconds())
+		traceRetry(ctx, p, n, delay, err)
 		p.log.LogAttrs(ctx, slog.LevelInfo, "retrying call",
 			slog.String("name", p.name), slog.Int("attempt", n+1),
 			slog.Duration("backoff", delay), slog.String("error", err.Error()))

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -50,6 +51,10 @@ type Config struct {
 	// newly available job then waits for the next fetch (River's
 	// FetchPollInterval, 1 s).
 	PollOnly bool
+	// Plugins are River plugins for the worker's client, e.g.
+	// telemetry.RiverPlugin: its work spans link each charge to the
+	// request that deferred the order.
+	Plugins []rivertype.Plugin
 }
 
 // Worker is the River client with every job the worker runs.
@@ -86,6 +91,7 @@ func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registe
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
 		PollOnly:             cfg.PollOnly,
 		Logger:               log,
+		Plugins:              cfg.Plugins,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
