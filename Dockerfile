@@ -32,3 +32,8 @@ FROM runtime AS paymentsim
 COPY --from=build /out/paymentsim /usr/local/bin/paymentsim
 EXPOSE 8082
 ENTRYPOINT ["/usr/local/bin/paymentsim"]
+
+FROM runtime AS catalogsim
+COPY --from=build /out/catalogsim /usr/local/bin/catalogsim
+EXPOSE 8083
+ENTRYPOINT ["/usr/local/bin/catalogsim"]

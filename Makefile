@@ -4,11 +4,11 @@
 
 GO       ?= go
 BIN      := bin
-BINARIES := checkout worker paymentsim
+BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment chaos
+.PHONY: test build migrate run up lint experiment bench compose-smoke chaos
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -30,6 +30,10 @@ run: build
 experiment:
 	GO=$(GO) scripts/experiment
 
+## bench: orders/s of the real binaries against a one-transaction baseline, on a PostgreSQL 15 of its own at default settings; writes results/ (flags: BENCH_FLAGS="-runs 5")
+bench:
+	GO=$(GO) scripts/throughput $(BENCH_FLAGS)
+
 ## chaos: randomized soak of the real binaries (provider faults, kill -9, SIGTERM, Postgres crash, cut database) on a Postgres cluster of its own, then an audit of Postgres against the provider's ledger; CHAOS_SEED, CHAOS_DURATION
 CHAOS_SEED     ?= 1
 CHAOS_DURATION ?= 5m
@@ -40,7 +44,12 @@ chaos:
 up:
 	docker compose up --build
 
-## lint: static checks
+## compose-smoke: the README walkthrough and fault drills against `docker compose up` (needs a Docker engine; not in `make test`)
+compose-smoke:
+	scripts/compose-smoke
+
+## lint: formatting, go vet and golangci-lint (configured in .golangci.yml, built from the tool module in tools/)
 lint:
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(GO) tool -modfile=tools/go.mod golangci-lint run ./...

@@ -32,6 +32,8 @@ var (
 	chaosDuration = flag.Duration("chaos.duration", 30*time.Second, "how long the chaos soak injects faults (make chaos: 5m)")
 	chaosRate     = flag.Float64("chaos.rate", 25, "orders per second during the chaos soak, open loop")
 	chaosDrain    = flag.Duration("chaos.drain", 2*time.Minute, "how long the healed system gets to settle every order")
+	// See soak.fastForward.
+	chaosFastForward = flag.Bool("chaos.fastforward", true, "after the heal, make due now the charge jobs the faults left parked more than 15 s ahead")
 )
 
 // Worker settings the soak lowers from their defaults, so that minutes
@@ -302,44 +304,48 @@ func (s *soak) drain(within time.Duration) {
 	}
 }
 
-// fastForward makes due at once the charge jobs the worker parked, before
-// healed, at its pace for unresolved orders: past CHARGE_GIVE_UP_AFTER a
-// lookup that fails (a provider fault, a broken database connection) makes
-// the job ask again in 10 minutes (worker.retryCeiling, not configurable).
-// In production an order reaches that pace one to two hours in, where the
-// retry schedule is as slow; the soak's low CHARGE_GIVE_UP_AFTER brings it
-// to seconds-old orders, and waiting it out would take the drain 10
-// minutes. Skipping the wait skips no check: the job runs as it would have,
-// LOOKUP_AFTER is judged again when it does, and a job parked after the
-// heal, when nothing should fail, is left to the drain's bound. Each
-// fast-forward is logged.
+// fastForward makes due now the charge jobs that waits caused by the faults
+// left scheduled more than 15 s ahead after the heal: above all the worker's
+// pace for unresolved orders (past CHARGE_GIVE_UP_AFTER a failed lookup is
+// asked again a minute later), and snoozes behind a breaker whose open time
+// grew during the faults. In production an order reaches the unresolved
+// pace one to two hours in; the soak's low CHARGE_GIVE_UP_AFTER brings it
+// to seconds-old orders, and waiting it out would double the short soak.
+// Skipping the wait skips no check: the job runs as it would have, and the
+// breaker and LOOKUP_AFTER are judged again when it does. Only jobs last
+// touched before the heal are moved; one parked after it, when nothing
+// should fail, is left to the drain's bound. Each one is logged;
+// -chaos.fastforward=false waits them out instead.
 func (s *soak) fastForward(ctx context.Context, healed time.Time) {
+	if !*chaosFastForward {
+		return
+	}
 	rows, err := s.db.Query(ctx, `
 		WITH parked AS (
 			SELECT id, scheduled_at FROM river_job
 			WHERE kind = 'charge_order' AND state = 'scheduled'
-			  AND scheduled_at > now() + interval '1 minute' AND attempted_at < $1
+			  AND scheduled_at > now() + interval '15 seconds' AND coalesce(attempted_at, created_at) < $1
 			FOR UPDATE
 		)
 		UPDATE river_job j SET scheduled_at = now() FROM parked WHERE j.id = parked.id
-		RETURNING j.args->>'order_id', extract(epoch FROM parked.scheduled_at - now())::float8`, healed)
+		RETURNING j.args->>'order_id', j.attempt, extract(epoch FROM parked.scheduled_at - now())::float8`, healed)
 	if err != nil {
 		s.t.Fatalf("fast-forward parked jobs: %v", err)
 	}
 	ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
 		var (
-			id   string
-			wait float64
+			id      string
+			attempt int
+			wait    float64
 		)
-		err := row.Scan(&id, &wait)
-		return fmt.Sprintf("%s (due in %.0fs)", id, wait), err
+		err := row.Scan(&id, &attempt, &wait)
+		return fmt.Sprintf("%s (attempt %d, due in %.0fs)", id, attempt, wait), err
 	})
 	if err != nil {
 		s.t.Fatalf("fast-forward parked jobs: %v", err)
 	}
 	if len(ids) > 0 {
-		s.logf("fast-forward: %d charge jobs parked at the worker's 10-min unresolved pace before the heal made due now: %s",
-			len(ids), strings.Join(ids, ", "))
+		s.logf("fast-forward: %d charge jobs parked before the heal made due now: %s", len(ids), strings.Join(ids, ", "))
 	}
 	s.fastForwarded += len(ids)
 }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -16,13 +18,18 @@ import (
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
+	DebugAddr       string
 	ShutdownTimeout time.Duration
+	DrainDelay      time.Duration
 	Database        database.Config
+	MigrateWait     time.Duration // how long `checkout migrate` waits for the database
+	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
 	APIPool         resilience.PoolConfig
 	HealthPool      resilience.PoolConfig
 	Orders          order.Config
+	Catalog         catalog.Config // URL empty: no price check
 }
 
 func resilienceDefaults(mode resilience.Mode) resilience.Config {
@@ -38,8 +45,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
+		MigrateWait:     env.Duration("MIGRATE_WAIT", 30*time.Second, 0, 10*time.Minute),
+		Tracing:         env.Tracing("checkout"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
@@ -56,6 +67,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 			KeyRetention:  env.Duration("PROVIDER_KEY_RETENTION", orders.KeyRetention, time.Second, 365*24*time.Hour),
 		},
 	}
+	cat := catalog.DefaultConfig()
+	cfg.Catalog = catalog.Config{
+		URL:          env.OptionalURL("CATALOG_URL", "http", "https"),
+		TTL:          env.Duration("CATALOG_TTL", cat.TTL, time.Second, 24*time.Hour),
+		MaxStaleness: env.Duration("CATALOG_MAX_STALENESS", cat.MaxStaleness, 0, 7*24*time.Hour),
+		CacheSize:    cat.CacheSize,
+		Budget:       cat.Budget,
+		Resilience:   cat.Resilience,
+	}
+	// The catalog's policy follows the mode, as the payment's does.
+	cfg.Catalog.Resilience.Mode = cfg.Resilience.Mode
 	// Without protection there is no fallback, and in mode none no deadline
 	// on the charge either: the experiment compares.
 	cfg.Orders.Fallback = cfg.Resilience.Mode == resilience.ModeProtected
@@ -67,6 +89,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if err := cfg.Resilience.Validate(); err != nil {
 		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
+	}
+	if cfg.Catalog.URL != "" {
+		if err := cfg.Catalog.Validate(); err != nil {
+			return cfg, fmt.Errorf("CATALOG_* settings: %w", err)
+		}
 	}
 	return cfg, nil
 }

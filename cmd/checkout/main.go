@@ -62,6 +62,9 @@ func migrate(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
+	if err := database.AwaitConnection(ctx, pool, cfg.MigrateWait, logger); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if err := database.Migrate(ctx, pool, logger); err != nil {
 		return err
 	}

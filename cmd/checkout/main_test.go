@@ -37,6 +37,19 @@ func TestMigrateTwiceInARowAndConcurrently(t *testing.T) {
 	}
 }
 
+// TestMigrateGivesUpAfterMigrateWait: `checkout migrate` against a database
+// that never listens retries for MIGRATE_WAIT, then fails saying so.
+func TestMigrateGivesUpAfterMigrateWait(t *testing.T) {
+	t.Parallel()
+	proxy := dbtest.NewProxy(t, dbtest.URL(t))
+	proxy.Refuse()
+	env := map[string]string{"DATABASE_URL": proxy.URL(), "MIGRATE_WAIT": "700ms"}
+	err := run(context.Background(), []string{"checkout", "migrate"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if want := "migrate: database not reachable within 700ms"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an error containing %q", err, want)
+	}
+}
+
 func TestServeProbesAndMetrics(t *testing.T) {
 	t.Parallel()
 	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{

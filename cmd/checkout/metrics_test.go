@@ -8,8 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running checkout for every

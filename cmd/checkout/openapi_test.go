@@ -20,9 +20,11 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -31,6 +33,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
@@ -397,4 +400,39 @@ func TestContractCatchesDrift(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPriceCheckResponsesMatchOpenAPISpec: with CATALOG_URL set, the price
+// check's answers — a changed price, an unknown SKU, stale prices while the
+// catalog is down, and no usable price at all — are the documented ones.
+func TestPriceCheckResponsesMatchOpenAPISpec(t *testing.T) {
+	t.Parallel()
+	sim := simtest.Start(t, 0)
+	cat := httptest.NewServer(catalogsim.New(catalogsim.Config{}))
+	t.Cleanup(cat.Close)
+	p := startCheckout(t, dbtest.URL(t), sim.URL, map[string]string{"CATALOG_URL": cat.URL, "CATALOG_TTL": "1s"})
+	c := newContract(t, p.URL)
+
+	const (
+		priced   = `{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-1","quantity":2,"unit_price":1299}]}`
+		cheaper  = `{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-1","quantity":2,"unit_price":999}]}`
+		unknown  = `{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-404","quantity":1,"unit_price":100}]}`
+		uncached = `{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-3","quantity":1,"unit_price":2499}]}`
+	)
+	c.check(t, postOrder("201 at catalog prices", uuid.NewString(), priced).want(201))
+	c.check(t, postOrder("409 price changed", uuid.NewString(), cheaper).want(409).problem(urn+"price-changed"))
+	c.check(t, postOrder("422 unknown SKU", uuid.NewString(), unknown).want(422).problem(urn+"invalid-order"))
+
+	req, _ := http.NewRequest(http.MethodPost, cat.URL+"/admin/faults", strings.NewReader(`{"down":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	time.Sleep(1100 * time.Millisecond) // CATALOG_TTL (1 s, the smallest allowed) passes: the cached price is stale
+	stale := c.check(t, postOrder("201 from stale prices", uuid.NewString(), priced).want(201))
+	if got := stale.header.Get("Catalog-Prices"); !strings.HasPrefix(got, "stale; age=") {
+		t.Errorf("Catalog-Prices = %q, want stale; age=…", got)
+	}
+	c.check(t, postOrder("503 catalog unavailable", uuid.NewString(), uncached).want(503).problem(urn+"catalog-unavailable"))
 }

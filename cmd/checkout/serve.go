@@ -9,8 +9,10 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
@@ -25,11 +27,21 @@ import (
 // deferred order with River's InsertTx (see order.Service.Place); the worker
 // runs the jobs.
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	tracing, err := telemetry.NewTracing(ctx, cfg.Tracing, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tracing.Shutdown(ctx); err != nil {
+			logger.Warn("flush traces", "err", err)
+		}
+	}()
+	cfg.Database.Tracer = telemetry.PgxTracer(tracing.Provider)
 	pool, err := database.Open(ctx, cfg.Database)
 	if err != nil {
 		return err
 	}
-	defer pool.Close() // last: after the server has drained its requests
+	defer pool.Close() // after the server has drained its requests
 
 	reg := telemetry.NewRegistry()
 	resilienceMetrics, err := resilience.NewMetrics(reg)
@@ -49,20 +61,39 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 	// Checkout only inserts jobs (the deferred orders' charge jobs); an
-	// insert-only River client runs nothing.
-	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	// insert-only River client runs nothing. Its tracing plugin writes the
+	// request's trace context into each job's metadata.
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Plugins: []rivertype.Plugin{telemetry.RiverPlugin(tracing.Provider)},
+	})
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}
 
+	orders := order.NewService(pool, payer.New(provider), jobs, cfg.Orders, logger)
+	if cfg.Catalog.URL != "" {
+		catalogMetrics, err := catalog.NewMetrics(reg)
+		if err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		prices, err := catalog.New(cfg.Catalog, catalog.Options{Metrics: catalogMetrics, Resilience: resilienceMetrics, Logger: logger})
+		if err != nil {
+			return err
+		}
+		orders.WithPriceCheck(prices)
+	} else {
+		logger.WarnContext(ctx, "CATALOG_URL is not set: item prices from clients are trusted")
+	}
+
 	handler := api.NewServer(api.Deps{
-		Logger:     logger,
-		Registry:   reg,
-		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, payer.New(provider), jobs, cfg.Orders, logger),
-		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
-		APIPool:    apiPool,
-		HealthPool: healthPool,
+		Logger:         logger,
+		Registry:       reg,
+		Metrics:        apiMetrics,
+		Orders:         orders,
+		Database:       func(ctx context.Context) error { return pool.Ping(ctx) },
+		APIPool:        apiPool,
+		HealthPool:     healthPool,
+		TracerProvider: tracing.Provider,
 	})
 	if int(cfg.Database.MaxConns) < cfg.APIPool.Size {
 		// Each business request holds one connection at a time; with fewer
@@ -70,8 +101,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		// turn into 503s under load even while Postgres is healthy.
 		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
 	}
-	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", redacted(cfg.PaymentURL))
-	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", redacted(cfg.PaymentURL),
+		"traces", tracingTarget(cfg.Tracing))
+	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 }
 
 // newPools returns the API pool and the pool /health is served from: its own
@@ -98,4 +130,12 @@ func redacted(raw string) string {
 		return "(unparseable)"
 	}
 	return u.Redacted()
+}
+
+// tracingTarget says where spans go, for the start-up log line.
+func tracingTarget(c telemetry.TracingConfig) string {
+	if c.Exporter != telemetry.ExporterOTLP {
+		return "off"
+	}
+	return redacted(c.Endpoint)
 }

@@ -1,6 +1,8 @@
 // Command experiment drives the outage scenario of DESIGN.md against a running stack and
 // reports it: a Markdown table on stdout, and optionally the run as JSON and an SVG timeline.
-// `experiment report FILE...` combines JSON reports of several runs into one Markdown table.
+// `experiment ramp` runs DESIGN.md's ramp instead: the provider healthy, checkout from 10 to
+// 80 req/s over 20 s, to watch the concurrency limit track rate × latency. `experiment report
+// FILE...` combines JSON reports of several runs into one Markdown table.
 package main
 
 import (
@@ -39,23 +41,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if len(args) > 1 && args[1] == "report" {
-		return combine(args[2:], stdout)
+	cfg := experiment.DefaultConfig()
+	if len(args) > 1 {
+		switch args[1] {
+		case "report":
+			return combine(args[2:], stdout)
+		case "run":
+			args = args[1:]
+		case "ramp":
+			cfg = experiment.RampConfig()
+			args = args[1:]
+		}
 	}
-	if len(args) > 1 && args[1] == "run" {
-		args = args[1:]
-	}
-	return scenario(ctx, args[1:], getenv, stdout, stderr)
+	return scenario(ctx, cfg, args[1:], getenv, stdout, stderr)
 }
 
-// scenario runs the outage scenario once.
-func scenario(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg := experiment.DefaultConfig()
+// scenario runs one scenario, cfg as changed by the flags.
+func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var jsonPath, svgPath string
 	fs := flag.NewFlagSet("experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: experiment [run] [flags]\n       experiment report FILE.json...\n\nflags:")
+		fmt.Fprintln(stderr, "usage: experiment [run|ramp] [flags]\n       experiment report FILE.json...\n\n"+
+			"run (the default) is the outage scenario, ramp the healthy 10 → 80 req/s ramp; the flags' defaults are the outage's.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.CheckoutURL, "checkout", "http://localhost:8080", "checkout API base `URL`")
@@ -63,11 +71,12 @@ func scenario(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.SimulatorToken, "simulator-token", getenv("PAYMENTSIM_ADMIN_TOKEN"), "paymentsim admin bearer `token` (default $PAYMENTSIM_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.DatabaseURL, "database", getenv("DATABASE_URL"), "checkout's PostgreSQL `URL`, for the audit (default $DATABASE_URL)")
 	fs.StringVar(&cfg.Label, "label", "", "name of the run in reports, e.g. the resilience mode under test")
-	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "checkout requests per second")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "checkout requests per second (at the start, for a ramp)")
+	fs.Float64Var(&cfg.RateTo, "rate-to", cfg.RateTo, "ramp the rate linearly to this many requests per second at the end (0: constant rate)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long load and probes run")
 	fs.DurationVar(&cfg.OutageStart, "outage-start", cfg.OutageStart, "when the provider fault begins, from the start")
 	fs.DurationVar(&cfg.OutageFor, "outage-for", cfg.OutageFor, "how long the provider fault lasts")
-	fs.Func("fault", "provider fault: latency, down or hang (default latency)", func(s string) error {
+	fs.Func("fault", "provider fault: latency, down, hang or none (default latency; none for the ramp)", func(s string) error {
 		cfg.Fault = experiment.FaultKind(s)
 		return nil
 	})
@@ -113,7 +122,7 @@ func scenario(ctx context.Context, args []string, getenv func(string) string, st
 // combine prints one Markdown table for the JSON reports in paths.
 func combine(paths []string, stdout io.Writer) error {
 	if len(paths) == 0 {
-		return errors.New("usage: experiment report FILE.json...")
+		return errors.New("usage: experiment report FILE.json [FILE.json …]")
 	}
 	reports := make([]experiment.Report, len(paths))
 	for i, path := range paths {

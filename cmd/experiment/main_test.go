@@ -19,6 +19,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"unknown flag", []string{"experiment", "-speed", "9"}, "flag provided but not defined"},
 		{"stray argument", []string{"experiment", "-database", "postgres://localhost/x", "now"}, "unexpected arguments"},
 		{"report without files", []string{"experiment", "report"}, "usage"},
+		{"ramp without database", []string{"experiment", "ramp", "-rate-to", "60"}, "database URL"},
+		{"ramp going negative", []string{"experiment", "ramp", "-database", "postgres://localhost/x", "-rate-to", "-5"}, "ramp end rate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

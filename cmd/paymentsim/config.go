@@ -14,6 +14,7 @@ import (
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
+	DebugAddr       string
 	ShutdownTimeout time.Duration
 	Latency         time.Duration
 	Jitter          time.Duration
@@ -28,6 +29,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8082"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		Latency:         env.Duration("PAYMENTSIM_LATENCY", paymentsim.DefaultLatency, 0, time.Minute),
 		Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),

@@ -73,6 +73,7 @@ func serve(ctx context.Context, cfg config, stdout io.Writer) error {
 		"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity, "admin_token", cfg.AdminToken != "")
 	return httpserver.Serve(ctx, httpserver.Config{
 		Addr:            cfg.HTTPAddr,
+		DebugAddr:       cfg.DebugAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		WriteTimeout:    writeTimeout,
 	}, sim, logger)

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running simulator for every

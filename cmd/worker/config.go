@@ -7,6 +7,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -19,8 +20,11 @@ import (
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
+	DebugAddr       string
 	ShutdownTimeout time.Duration
+	DrainDelay      time.Duration
 	Database        database.Config
+	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
 	Worker          worker.Config
@@ -34,14 +38,16 @@ type config struct {
 // provider with its whole backlog. No customer waits on a background
 // charge, so the worker has nothing to gain from confirming an outage with
 // more calls, each of which a hung provider keeps working on: its breaker
-// may trip after 4 calls (its bulkhead's worth) rather than 10, and probes
-// recovery with 1 call rather than 3 (measured in the experiment: the
-// provider's max in-flight during an outage drops by about as many calls).
+// may trip after 4 calls rather than 10, probes recovery with 1 call
+// rather than 3, and its concurrency limit starts at 1 call and grows only
+// while calls succeed (measured in the experiment: the provider's max
+// in-flight during an outage drops by about as many calls as these save).
 func workerResilienceDefaults() resilience.Config {
 	d := resilience.DefaultConfig()
 	d.Mode = resilience.ModeProtected
-	d.MinCalls = d.BulkheadSize
+	d.MinCalls = 4
 	d.HalfOpenProbes = 1
+	d.LimitInitial = 1
 	return d
 }
 
@@ -49,11 +55,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	charge, schedule := worker.DefaultChargePolicy(), worker.DefaultSchedule()
 	shutdownTimeout := env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute)
+	// The worker is always protected (see workerResilienceDefaults); a
+	// value meant for checkout's experiment must not pass silently here.
+	env.OneOf("RESILIENCE_MODE", "protected", "protected")
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8081"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
 		ShutdownTimeout: shutdownTimeout,
+		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
+		Tracing:         env.Tracing("worker"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
 		Worker: worker.Config{
@@ -76,6 +88,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 			KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
 			PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
 			ShutdownTimeout:      shutdownTimeout,
+			// true behind a pooler in transaction mode, where LISTEN cannot
+			// work (README.md "PgBouncer").
+			PollOnly: env.OneOf("RIVER_POLL_ONLY", "false", "true", "false") == "true",
 		},
 		RiverUIUser:     env.String("RIVERUI_USER", ""),
 		RiverUIPassword: env.String("RIVERUI_PASSWORD", ""),

@@ -32,7 +32,7 @@ func TestServeProbesAndMetrics(t *testing.T) {
 
 func TestBadConfigurationFailsNamingTheVariable(t *testing.T) {
 	t.Parallel()
-	for name, value := range map[string]string{"HTTP_ADDR": "x", "DATABASE_URL": "http://db", "DB_MAX_CONNS": "-1"} {
+	for name, value := range map[string]string{"HTTP_ADDR": "x", "DATABASE_URL": "http://db", "DB_MAX_CONNS": "-1", "RESILIENCE_MODE": "bogus", "DEBUG_ADDR": "6060"} {
 		getenv := func(k string) string { return map[string]string{name: value}[k] }
 		err := run(context.Background(), []string{"worker"}, getenv, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), name) {

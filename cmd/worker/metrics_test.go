@@ -14,13 +14,13 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 	"github.com/resilientcheckout/checkout/internal/order"
 	orderPayer "github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/proctest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running worker for every

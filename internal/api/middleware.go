@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Metrics are the HTTP layer's Prometheus collectors.
@@ -121,6 +123,10 @@ func observe(log *slog.Logger, m *Metrics) func(http.Handler) http.Handler {
 				slog.Duration("latency", elapsed),
 			}, la.attrs...)
 			la.mu.Unlock()
+			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+				// The request's trace (README, Tracing): from a log line to its spans.
+				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+			}
 			log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 		})
 	}
@@ -137,7 +143,7 @@ func recoverPanic(log *slog.Logger) func(http.Handler) http.Handler {
 				if rec == nil {
 					return
 				}
-				if rec == http.ErrAbortHandler {
+				if err, ok := rec.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(rec)
 				}
 				log.ErrorContext(r.Context(), "handler panicked", "panic", rec, "stack", string(debug.Stack()))

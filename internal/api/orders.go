@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -23,6 +24,19 @@ const maxBodyBytes = 1 << 20
 // bodyReadTimeout bounds the upload of an order document: 1 MiB takes well
 // under a second on any link a checkout client uses.
 const bodyReadTimeout = 2 * time.Second
+
+// stalePricesHeader marks an answer whose prices were checked against cached
+// catalog prices kept while the catalog was unavailable:
+// "Catalog-Prices: stale; age=95" (an RFC 9651 item, age in seconds). A
+// header rather than a field of the order: staleness describes how this
+// request was checked, not the order, which GET /orders/{id} shows the same
+// way later; and Warning, the old convention, is obsolete (RFC 9111, 5.5).
+// Replays do not repeat it: they answer from the recorded order.
+const stalePricesHeader = "Catalog-Prices"
+
+func stalePrices(age time.Duration) string {
+	return "stale; age=" + strconv.FormatInt(int64(age/time.Second), 10)
+}
 
 // placeOrder handles POST /orders.
 func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Handler {
@@ -68,6 +82,9 @@ func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Han
 		}
 		if placed.RetryAfter > 0 {
 			w.Header().Set("Retry-After", seconds(placed.RetryAfter))
+		}
+		if placed.Prices.Stale {
+			w.Header().Set(stalePricesHeader, stalePrices(placed.Prices.Age))
 		}
 		writePlaced(w, placed.Order)
 	})

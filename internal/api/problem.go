@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
 )
@@ -30,6 +32,15 @@ type Problem struct {
 	Errors        []order.FieldError `json:"errors,omitempty"`
 	OrderID       string             `json:"order_id,omitempty"`
 	FailureReason string             `json:"failure_reason,omitempty"`
+	// Prices are the catalog's current prices of the order's SKUs
+	// (409 price-changed), so a client can show the cart again.
+	Prices map[string]price `json:"prices,omitempty"`
+}
+
+// price is a catalog price as clients see it.
+type price struct {
+	UnitPrice int64  `json:"unit_price"`
+	Currency  string `json:"currency"`
 }
 
 func newProblem(status int, slug, detail string) Problem {
@@ -97,9 +108,28 @@ const retryAfterUnavailable = 2 * time.Second
 // unexpected errors are logged as errors; their text never reaches the
 // client, which could learn internal addresses or SQL from it.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	var invalid *order.ValidationError
-	var p Problem
+	var (
+		invalid     *order.ValidationError
+		mismatch    *catalog.MismatchError
+		unavailable *catalog.UnavailableError
+		p           Problem
+	)
 	switch {
+	case errors.As(err, &mismatch) && errors.Is(err, catalog.ErrUnknownSKU):
+		p = newProblem(http.StatusUnprocessableEntity, "invalid-order", "The order has invalid fields; see errors.")
+		for _, m := range mismatch.Items {
+			p.Errors = append(p.Errors, order.FieldError{Field: fmt.Sprintf("items[%d].sku", m.Index), Detail: "is not in the catalog"})
+		}
+	case errors.As(err, &mismatch):
+		p = newProblem(http.StatusConflict, "price-changed", "Prices or the currency differ from the catalog's; see prices. Show the customer the current prices and place the order again with a new Idempotency-Key.")
+		p.Prices = make(map[string]price, len(mismatch.Prices))
+		for sku, cp := range mismatch.Prices {
+			p.Prices[sku] = price{UnitPrice: cp.UnitPrice, Currency: cp.Currency}
+		}
+	case errors.As(err, &unavailable):
+		log.WarnContext(r.Context(), "catalog unavailable and no usable cached price", "err", err)
+		w.Header().Set("Retry-After", seconds(unavailable.RetryAfter))
+		p = newProblem(http.StatusServiceUnavailable, "catalog-unavailable", "Prices cannot be confirmed right now. Retry with the same Idempotency-Key.")
 	case errors.As(err, &invalid):
 		p = newProblem(http.StatusUnprocessableEntity, "invalid-order", "The order has invalid fields; see errors.")
 		p.Errors = invalid.Fields

@@ -14,7 +14,7 @@ import (
 func routes(d Deps) http.Handler {
 	r := chi.NewRouter()
 	// GetHead serves HEAD from the GET routes (net/http drops the body).
-	r.Use(requestID, observe(d.Logger, d.Metrics), recoverPanic(d.Logger), middleware.GetHead)
+	r.Use(requestID, telemetry.SpanRouteName, observe(d.Logger, d.Metrics), recoverPanic(d.Logger), middleware.GetHead)
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed)
 

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/resilientcheckout/checkout/internal/health"
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
 // Deps is everything the server needs; cmd/checkout builds it.
@@ -30,11 +32,15 @@ type Deps struct {
 	// API cannot delay liveness; in modes none and timeout cmd/checkout
 	// passes the API pool for both, to show what happens without isolation.
 	APIPool, HealthPool func(http.Handler) http.Handler
+	// TracerProvider makes the server spans (telemetry.HTTPHandler); nil
+	// means OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 }
 
-// NewServer returns checkout's root handler.
+// NewServer returns checkout's root handler: the routes inside a server
+// span per request, named after the route once it is matched.
 func NewServer(d Deps) http.Handler {
-	return routes(d)
+	return telemetry.HTTPHandler(routes(d), d.TracerProvider, "checkout")
 }
 
 // readyTimeout keeps /ready under the 2 s probe timeout orchestrators use by

@@ -22,6 +22,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/catalog"
+	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
@@ -42,6 +44,10 @@ type bundle struct {
 	simURL string
 	policy *resilience.Policy
 	reg    *prometheus.Registry
+	// catalog and catalogURL are set when options.catalog asks for the
+	// price check.
+	catalog    *catalogsim.Simulator
+	catalogURL string
 }
 
 // options change what setup builds; the zero value is the defaults.
@@ -52,6 +58,9 @@ type options struct {
 	resilience *resilience.Config
 	// orders replaces order.DefaultConfig.
 	orders *order.Config
+	// catalog turns the price check on, against a catalog simulator with
+	// the demo's prices, with these settings (URL filled in).
+	catalog *catalog.Config
 	// wrapPayer wraps the protected payer, e.g. to simulate a process that
 	// dies while the provider call is in flight.
 	wrapPayer func(order.Payer) order.Payer
@@ -138,11 +147,25 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	orders := order.NewService(pool, payer, jobs, ocfg, log)
+	if opts.catalog != nil {
+		b.catalog = catalogsim.New(catalogsim.Config{})
+		catSrv := httptest.NewServer(b.catalog)
+		t.Cleanup(catSrv.Close)
+		b.catalogURL = catSrv.URL
+		ccfg := *opts.catalog
+		ccfg.URL = catSrv.URL
+		prices, err := catalog.New(ccfg, catalog.Options{Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders.WithPriceCheck(prices)
+	}
 	srv := httptest.NewServer(api.NewServer(api.Deps{
 		Logger:     log,
 		Registry:   b.reg,
 		Metrics:    apiMetrics,
-		Orders:     order.NewService(pool, payer, jobs, ocfg, log),
+		Orders:     orders,
 		Database:   func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:    apiPool.Middleware,
 		HealthPool: healthPool.Middleware,
@@ -321,6 +344,10 @@ type problemJSON struct {
 		Field  string `json:"field"`
 		Detail string `json:"detail"`
 	} `json:"errors"`
+	Prices map[string]struct {
+		UnitPrice int64  `json:"unit_price"`
+		Currency  string `json:"currency"`
+	} `json:"prices"`
 }
 
 func decodeProblem(t testing.TB, r response) problemJSON {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,15 +18,36 @@ import (
 // holding API workers: DESIGN.md asks for a 503 within 2 s when Postgres is
 // down, so neither connecting nor a statement may take longer than that.
 type Config struct {
-	URL              string
-	MaxConns         int32
-	ConnectTimeout   time.Duration // per connection attempt (TCP + startup)
-	StatementTimeout time.Duration // server-side statement_timeout for every session
+	URL            string
+	MaxConns       int32
+	ConnectTimeout time.Duration // per connection attempt (TCP + startup)
+	// StatementTimeout is the server-side statement_timeout of every
+	// session, sent as a startup parameter, so it costs no round trip and
+	// covers River's statements as well as ours. Zero sends none: the
+	// server's setting for the role or database applies.
+	//
+	// Zero is the setting behind a pooler in transaction mode. PgBouncer
+	// refuses a connection that sends statement_timeout ("unsupported
+	// startup parameter"), and listing it in ignore_startup_parameters
+	// drops it silently. A SET after connecting would not help either: it
+	// would land on whichever server session the pooler lent us for that
+	// one statement and stay there for the next client. The role's own
+	// setting (ALTER ROLE … SET statement_timeout, README.md "PgBouncer")
+	// is the one every server session the pooler opens for it starts with.
+	StatementTimeout time.Duration
+	// Tracer, if set, traces every query (telemetry.PgxTracer).
+	Tracer pgx.QueryTracer
 }
 
 // Open builds a pool without connecting: pgxpool connects lazily, so a
 // process starts even while Postgres is unreachable, reports not-ready, and
 // recovers by itself once the database comes back.
+//
+// The URL's own parameters pass through to pgx. Behind PgBouncer in
+// transaction mode (1.18, Debian 12's) that is where
+// default_query_exec_mode=exec belongs: pgx's default caches named
+// prepared statements per connection, and such a pooler hands the next
+// statement to a server session that never prepared it.
 func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
@@ -40,6 +62,9 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	if cfg.StatementTimeout > 0 {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
 	}
 	// Connections that sat idle across a database restart are dead. pgxpool
 	// pings a connection idle for over a second before handing it out; this

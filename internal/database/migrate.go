@@ -2,8 +2,10 @@ package database
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -43,6 +45,69 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		return err
 	}
 	return migrateRiver(ctx, pool, logger)
+}
+
+// Backoff between connection attempts of AwaitConnection: doubling from
+// the first to the last, so a database that takes a second to start is
+// found within a few hundred milliseconds and one that takes a minute is
+// not asked more than every two seconds.
+const (
+	awaitFirstBackoff = 250 * time.Millisecond
+	awaitMaxBackoff   = 2 * time.Second
+)
+
+// AwaitConnection waits until pool reaches the database, retrying for up to
+// within while the database is unreachable or still starting (a refused
+// connection, "the database system is starting up"), with backoff between
+// attempts. It is for one-shot commands such as `checkout migrate`, which
+// have nothing to do until the database answers and would otherwise exit
+// at the first refused connection: compose or Kubernetes may start them
+// while a fresh Postgres still initialises. Long-running processes do not
+// need it: their pools connect lazily and report /ready 503 meanwhile.
+//
+// Errors that waiting cannot fix — a wrong password, a database that does
+// not exist — are returned at once. A within of 0 makes one attempt.
+func AwaitConnection(ctx context.Context, pool *pgxpool.Pool, within time.Duration, logger *slog.Logger) error {
+	deadline := time.Now().Add(within)
+	backoff := awaitFirstBackoff
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
+		if within > 0 {
+			attemptCtx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		err := pool.Ping(attemptCtx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				logger.InfoContext(ctx, "database reachable", "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("connect to database: %w", ctx.Err())
+		}
+		if !IsUnavailable(err) {
+			return fmt.Errorf("connect to database: %w", err)
+		}
+		// An attempt cut short by the deadline says less than the one
+		// before it (connection refused, say): report that one.
+		if lastErr == nil || !errors.Is(err, context.DeadlineExceeded) {
+			lastErr = err
+		}
+		wait := min(backoff, time.Until(deadline))
+		if wait <= 0 {
+			return fmt.Errorf("database not reachable within %s (%d attempts): %w", within, attempt, lastErr)
+		}
+		logger.WarnContext(ctx, "database not reachable yet, retrying",
+			"attempt", attempt, "retry_in", wait, "gives_up_in", time.Until(deadline).Round(time.Millisecond), "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connect to database: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, awaitMaxBackoff)
+	}
 }
 
 func migrateApp(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {

@@ -2,11 +2,16 @@ package database_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database"
@@ -179,4 +184,151 @@ func checkConstraint(t *testing.T, err error, want string) {
 	case want != "" && !strings.Contains(err.Error(), want):
 		t.Fatalf("got error %v, want violation of %s", err, want)
 	}
+}
+
+// TestMigrateWaitsForALateDatabase is the first start of a compose stack on
+// a slow machine: `checkout migrate` starts while PostgreSQL still refuses
+// TCP connections (the official image's first initialisation listens on
+// its Unix socket only). It must retry, and migrate once the server listens.
+func TestMigrateWaitsForALateDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct := dbtest.Pool(t)
+	if _, err := direct.Exec(ctx, "DROP SCHEMA public CASCADE; CREATE SCHEMA public"); err != nil {
+		t.Fatalf("empty the database: %v", err)
+	}
+	proxy := dbtest.NewProxy(t, direct.Config().ConnString())
+	proxy.Refuse()
+	pool, err := database.Open(ctx, database.Config{URL: proxy.URL(), ConnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	retries := &retryLog{retried: make(chan string, 100)}
+	done := make(chan error, 1)
+	go func() {
+		logger := slog.New(retries)
+		if err := database.AwaitConnection(ctx, pool, time.Minute, logger); err != nil {
+			done <- err
+			return
+		}
+		done <- database.Migrate(ctx, pool, logger)
+	}()
+	// Open the port only after two refused attempts, so the test shows
+	// retries rather than a lucky first try.
+	for range 2 {
+		select {
+		case msg := <-retries.retried:
+			if !strings.Contains(msg, "connection refused") {
+				t.Errorf("retry logged %q, want the refused connection", msg)
+			}
+		case err := <-done:
+			t.Fatalf("AwaitConnection returned %v before the database listened", err)
+		}
+	}
+	proxy.Restore()
+	if err := <-done; err != nil {
+		t.Fatalf("migrate after the database came up: %v", err)
+	}
+	var found bool
+	if err := direct.QueryRow(ctx, "SELECT to_regclass('orders') IS NOT NULL AND to_regclass('river_job') IS NOT NULL").Scan(&found); err != nil || !found {
+		t.Errorf("schema after migrate: found=%v err=%v", found, err)
+	}
+}
+
+func TestAwaitConnectionGivesUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name        string
+		within      time.Duration
+		wantErr     string
+		wantRetries bool
+	}{
+		{name: "after its bound", within: 600 * time.Millisecond, wantErr: "database not reachable within 600ms", wantRetries: true},
+		{name: "at once with no wait", within: 0, wantErr: "database not reachable within 0s (1 attempts)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			proxy := dbtest.NewProxy(t, dbtest.URL(t))
+			proxy.Refuse() // never restored
+			pool, err := database.Open(ctx, database.Config{URL: proxy.URL(), ConnectTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			retries := &retryLog{retried: make(chan string, 100)}
+			// Far past the bound: a wait that never gives up fails here
+			// instead of hanging the test binary.
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+
+			start := time.Now()
+			err = database.AwaitConnection(ctx, pool, tt.within, slog.New(retries))
+			elapsed := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("got error %v, want one containing %q and wrapping ECONNREFUSED", err, tt.wantErr)
+			}
+			if elapsed < tt.within {
+				t.Errorf("gave up after %s, before its bound of %s", elapsed, tt.within)
+			}
+			if got := len(retries.retried) > 0; got != tt.wantRetries {
+				t.Errorf("retried = %v, want %v", got, tt.wantRetries)
+			}
+		})
+	}
+}
+
+// TestAwaitConnectionFailsFastOnWhatWaitingCannotFix: a database that does
+// not exist will not appear by retrying, so the error comes at once.
+func TestAwaitConnectionFailsFastOnWhatWaitingCannotFix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, err := url.Parse(dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/no_such_database"
+	pool, err := database.Open(ctx, database.Config{URL: u.String(), ConnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	retries := &retryLog{retried: make(chan string, 100)}
+	err = database.AwaitConnection(ctx, pool, 10*time.Second, slog.New(retries))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		t.Fatalf("got error %v, want invalid_catalog_name (3D000)", err)
+	}
+	if n := len(retries.retried); n != 0 {
+		t.Errorf("retried %d times, want none", n)
+	}
+}
+
+// retryLog is a slog handler that reports each "retrying" record of
+// AwaitConnection, with its error, on retried.
+type retryLog struct {
+	retried chan string
+}
+
+func (*retryLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *retryLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h *retryLog) WithGroup(string) slog.Handler          { return h }
+
+func (h *retryLog) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "retrying") {
+		return nil
+	}
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	select {
+	case h.retried <- msg:
+	default: // a test that reads only the first few must not block the caller
+	}
+	return nil
 }

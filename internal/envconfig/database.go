@@ -16,10 +16,17 @@ func (r *Reader) Database(d database.Config) database.Config {
 	if d.URL == "" {
 		d.URL = DefaultDatabaseURL
 	}
-	return database.Config{
+	cfg := database.Config{
 		URL:              r.URL("DATABASE_URL", d.URL, "postgres", "postgresql"),
 		MaxConns:         int32(r.Int("DB_MAX_CONNS", int(d.MaxConns), 1, 1000)),
 		ConnectTimeout:   r.Duration("DB_CONNECT_TIMEOUT", d.ConnectTimeout, 100*time.Millisecond, time.Minute),
-		StatementTimeout: r.Duration("DB_STATEMENT_TIMEOUT", d.StatementTimeout, 100*time.Millisecond, time.Minute),
+		StatementTimeout: r.Duration("DB_STATEMENT_TIMEOUT", d.StatementTimeout, 0, time.Minute),
 	}
+	// 0 sends no statement_timeout (the role's setting applies: behind
+	// PgBouncer); anything else under 100ms is a typo.
+	if st := cfg.StatementTimeout; st > 0 && st < 100*time.Millisecond {
+		r.fail("DB_STATEMENT_TIMEOUT", r.lookup("DB_STATEMENT_TIMEOUT"), "want 0 (the role's setting applies) or a duration from 100ms to 1m0s")
+		cfg.StatementTimeout = d.StatementTimeout
+	}
+	return cfg
 }

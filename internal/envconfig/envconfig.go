@@ -141,3 +141,21 @@ func (r *Reader) Addr(name, def string) string {
 	}
 	return v
 }
+
+// OptionalAddr is Addr for a listener that is off unless the variable is
+// set: it returns "" when unset.
+func (r *Reader) OptionalAddr(name string) string {
+	if r.lookup(name) == "" {
+		return ""
+	}
+	return r.Addr(name, "")
+}
+
+// OptionalURL is URL for a dependency that is off unless the variable is
+// set: it returns "" when unset.
+func (r *Reader) OptionalURL(name string, schemes ...string) string {
+	if r.lookup(name) == "" {
+		return ""
+	}
+	return r.URL(name, "", schemes...)
+}

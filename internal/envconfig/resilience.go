@@ -25,9 +25,20 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 		OpenDuration:      r.Duration("BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour),
 		OpenJitter:        r.Duration("BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour),
 		HalfOpenProbes:    r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000),
+		Limit:             r.limitKind(d.Limit),
 		BulkheadSize:      r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000),
 		BulkheadWait:      r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute),
+		LimitInitial:      r.Int("PAYMENT_LIMIT_INITIAL", d.LimitInitial, 1, 10_000),
+		LimitMin:          r.Int("PAYMENT_LIMIT_MIN", d.LimitMin, 1, 10_000),
+		LimitMax:          r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000),
+		LimitBackoff:      r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99),
 	}
+}
+
+// limitKind reads PAYMENT_LIMIT (adaptive or static; default d).
+func (r *Reader) limitKind(d resilience.LimitKind) resilience.LimitKind {
+	k, _ := resilience.ParseLimitKind(r.OneOf("PAYMENT_LIMIT", d.String(), "adaptive", "static"))
+	return k
 }
 
 // Mode reads RESILIENCE_MODE (none, timeout, protected; default protected).

@@ -12,7 +12,8 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// breakerName is the checkout breaker in front of the payment provider.
+// breakerName is the checkout policy in front of the payment provider: its breaker's and its
+// concurrency limit's name label.
 const breakerName = "payment"
 
 // Breaker states as resilience_breaker_state exports them (0, 1, 2).
@@ -40,15 +41,48 @@ type Transition struct {
 	To   string `json:"to"`
 }
 
+// Limit is what a run saw of checkout's payment concurrency limit, one point per /metrics read.
+type Limit struct {
+	// Observed is false when checkout exports no limit (modes none and timeout).
+	Observed bool         `json:"observed"`
+	Points   []LimitPoint `json:"points,omitempty"`
+}
+
+// LimitPoint is the limit and the calls holding its slots, at an offset from the run's start.
+type LimitPoint struct {
+	At       Millis `json:"at_ms"`
+	Limit    int    `json:"limit"`
+	InFlight int    `json:"in_flight"`
+}
+
+// Range returns the lowest and highest limit seen during the run (offsets from 0 on).
+func (l Limit) Range() (lo, hi int) {
+	first := true
+	for _, p := range l.Points {
+		if p.At < 0 {
+			continue
+		}
+		if first {
+			lo, hi, first = p.Limit, p.Limit, false
+		}
+		lo, hi = min(lo, p.Limit), max(hi, p.Limit)
+	}
+	return lo, hi
+}
+
 // breakerReading is one parse of /metrics.
 type breakerReading struct {
 	found       bool
 	state       string
 	transitions map[string]int // cumulative, by "from→to"
+
+	limitFound bool
+	limit      int // resilience_concurrency_limit
+	inFlight   int // resilience_bulkhead_in_use: calls holding a slot of the limit
 }
 
-// parseBreaker reads the named breaker's state and transition counters from a Prometheus text
-// exposition.
+// parseBreaker reads the named breaker's state and transition counters, and the named
+// policy's concurrency limit and calls in flight, from a Prometheus text exposition.
 func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
@@ -70,6 +104,16 @@ func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 		labels := m.GetLabel()
 		if label(labels, "name") == name {
 			reading.transitions[label(labels, "from")+"→"+label(labels, "to")] = int(value(m))
+		}
+	}
+	for _, m := range families["resilience_concurrency_limit"].GetMetric() {
+		if label(m.GetLabel(), "name") == name {
+			reading.limitFound, reading.limit = true, int(value(m))
+		}
+	}
+	for _, m := range families["resilience_bulkhead_in_use"].GetMetric() {
+		if label(m.GetLabel(), "name") == name {
+			reading.inFlight = int(value(m))
 		}
 	}
 	return reading, nil
@@ -131,20 +175,25 @@ func watchBreaker(ctx context.Context, cfg Config, start time.Time) *breakerWatc
 }
 
 // stop ends the polling and returns what it saw.
-func (w *breakerWatch) stop() Breaker {
+func (w *breakerWatch) stop() (Breaker, Limit) {
 	w.cancel()
 	<-w.done
-	return w.seen.result
+	return w.seen.result, w.seen.limit
 }
 
-// breakerTracker folds successive readings into a Breaker.
+// breakerTracker folds successive readings into a Breaker and a Limit.
 type breakerTracker struct {
 	result Breaker
 	first  map[string]int // the transition counters at the first reading
+	limit  Limit
 }
 
 // observe records reading r, taken at offset at from the run's start.
 func (t *breakerTracker) observe(r breakerReading, at time.Duration) {
+	if r.limitFound {
+		t.limit.Observed = true
+		t.limit.Points = append(t.limit.Points, LimitPoint{At: Millis(at), Limit: r.limit, InFlight: r.inFlight})
+	}
 	b := &t.result
 	if !r.found {
 		return

@@ -17,6 +17,11 @@ resilience_breaker_state{name="inventory"} 0
 resilience_breaker_transitions_total{from="closed",name="payment",to="open"} 3
 resilience_breaker_transitions_total{from="open",name="payment",to="half-open"} 2
 resilience_breaker_transitions_total{from="closed",name="inventory",to="open"} 9
+# TYPE resilience_concurrency_limit gauge
+resilience_concurrency_limit{name="payment"} 9
+resilience_concurrency_limit{name="inventory"} 3
+# TYPE resilience_bulkhead_in_use gauge
+resilience_bulkhead_in_use{name="payment"} 7
 # HELP http_pool_in_use HTTP requests being served by the pool.
 # TYPE http_pool_in_use gauge
 http_pool_in_use{pool="api"} 16
@@ -92,5 +97,39 @@ func TestBreakerTrackerWithoutBreaker(t *testing.T) {
 	tr.observe(breakerReading{}, 0)
 	if tr.result.Observed || len(tr.result.Transitions) != 0 {
 		t.Errorf("result = %+v, want nothing observed", tr.result)
+	}
+}
+
+func TestParseLimit(t *testing.T) {
+	t.Parallel()
+	got, err := parseBreaker(strings.NewReader(exposition), "payment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.limitFound || got.limit != 9 || got.inFlight != 7 {
+		t.Errorf("limit found %v, %d, in flight %d; want true, 9, 7", got.limitFound, got.limit, got.inFlight)
+	}
+	none, err := parseBreaker(strings.NewReader("http_pool_in_use{pool=\"api\"} 1\n"), "payment")
+	if err != nil || none.limitFound {
+		t.Errorf("without a limit: found %v, err %v; want false, nil", none.limitFound, err)
+	}
+}
+
+func TestLimitTracker(t *testing.T) {
+	t.Parallel()
+	var tr breakerTracker
+	for i, l := range []int{4, 4, 6, 3} {
+		tr.observe(breakerReading{limitFound: true, limit: l, inFlight: l - 1}, time.Duration(i-1)*50*time.Millisecond)
+	}
+	tr.observe(breakerReading{found: true, state: "closed"}, 200*time.Millisecond) // a reading without the limit adds no point
+	got := tr.limit
+	if !got.Observed || len(got.Points) != 4 {
+		t.Fatalf("limit = %+v, want 4 points", got)
+	}
+	if lo, hi := got.Range(); lo != 3 || hi != 6 {
+		t.Errorf("Range() = %d, %d; want 3, 6", lo, hi)
+	}
+	if p := got.Points[2]; p != (LimitPoint{At: Millis(50 * time.Millisecond), Limit: 6, InFlight: 5}) {
+		t.Errorf("point 2 = %+v", p)
 	}
 }

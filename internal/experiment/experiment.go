@@ -1,7 +1,7 @@
 // Package experiment reproduces the article's outage measurement against a running stack
 // (DESIGN.md, "Experiment"). It drives checkout with an open-loop load while probing /health,
-// scripts a provider fault through the simulator's admin API, follows the payment breaker
-// through checkout's /metrics, then waits for the worker to drain the deferred orders and
+// scripts a provider fault through the simulator's admin API, follows the payment breaker and
+// concurrency limit through checkout's /metrics, then waits for the worker to drain the deferred orders and
 // audits Postgres and the provider's ledger.
 //
 // A run whose own load generator fell behind schedule is refused with a *ScheduleError: late
@@ -31,6 +31,7 @@ const (
 	FaultLatency FaultKind = "latency" // answers, but only after OutageLatency
 	FaultDown    FaultKind = "down"    // answers 503 at once
 	FaultHang    FaultKind = "hang"    // never answers while the window lasts
+	FaultNone    FaultKind = "none"    // no fault: the provider stays healthy (the ramp)
 )
 
 // Config describes one run. DefaultConfig returns DESIGN.md's scenario; the URLs must be set.
@@ -45,16 +46,19 @@ type Config struct {
 
 	Rate     float64       // checkout requests per second, issued on schedule (open loop)
 	Duration time.Duration // how long load and probes are issued
+	// RateTo, when positive, ramps the rate linearly from Rate at the start to RateTo at the
+	// end of Duration.
+	RateTo float64
 
 	OutageStart   time.Duration // when the fault begins, from the run's start
-	OutageFor     time.Duration // how long it lasts
+	OutageFor     time.Duration // how long it lasts; ignored for FaultNone
 	Fault         FaultKind
 	OutageLatency time.Duration // the added latency of FaultLatency
 
 	RequestTimeout  time.Duration // when a checkout client gives up
 	HealthInterval  time.Duration
 	HealthTimeout   time.Duration // when a /health probe gives up
-	MetricsInterval time.Duration // how often /metrics is read for the breaker state
+	MetricsInterval time.Duration // how often /metrics is read for the breaker state and limit
 	DrainTimeout    time.Duration // how long to wait for the worker to settle every order
 
 	// MaxLag is how late a request or probe may be issued before the run is refused.
@@ -83,6 +87,16 @@ func DefaultConfig() Config {
 	}
 }
 
+// RampConfig returns DESIGN.md's ramp: the provider healthy throughout, checkout from 10 to
+// 80 req/s over 20 s, so the concurrency limit has to track rate × latency from 2 calls in
+// flight to 16. The rest is DefaultConfig's.
+func RampConfig() Config {
+	c := DefaultConfig()
+	c.Rate, c.RateTo, c.Duration = 10, 80, 20*time.Second
+	c.Fault, c.OutageStart, c.OutageFor, c.OutageLatency = FaultNone, 0, 0, 0
+	return c
+}
+
 func (c Config) validate() error {
 	var errs []error
 	for name, raw := range map[string]string{"checkout URL": c.CheckoutURL, "simulator URL": c.SimulatorURL} {
@@ -94,17 +108,23 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("database URL is required for the audit"))
 	}
 	switch c.Fault {
-	case FaultLatency, FaultDown, FaultHang:
+	case FaultLatency, FaultDown, FaultHang, FaultNone:
 	default:
-		errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang", c.Fault))
+		errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang, none", c.Fault))
 	}
 	if c.Rate <= 0 {
 		errs = append(errs, errors.New("rate must be positive"))
 	}
+	if c.RateTo < 0 {
+		errs = append(errs, errors.New("ramp end rate must not be negative"))
+	}
 	positive := map[string]time.Duration{
 		"duration": c.Duration, "request timeout": c.RequestTimeout, "health interval": c.HealthInterval,
 		"health timeout": c.HealthTimeout, "metrics interval": c.MetricsInterval, "drain timeout": c.DrainTimeout,
-		"max lag": c.MaxLag, "outage length": c.OutageFor,
+		"max lag": c.MaxLag,
+	}
+	if c.Fault != FaultNone {
+		positive["outage length"] = c.OutageFor
 	}
 	for name, d := range positive {
 		if d <= 0 {
@@ -122,7 +142,7 @@ func (c Config) validate() error {
 
 // inOutage reports whether a request scheduled at offset at falls in the fault window.
 func (c Config) inOutage(at time.Duration) bool {
-	return at >= c.OutageStart && at < c.OutageStart+c.OutageFor
+	return c.Fault != FaultNone && at >= c.OutageStart && at < c.OutageStart+c.OutageFor
 }
 
 // lead is how far ahead of t=0 the fault is scheduled and the breaker watch starts, so the
@@ -172,13 +192,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	start := time.Now().Add(lead)
 	watch := watchBreaker(ctx, cfg, start)
-	if err := sim.scheduleFault(ctx, cfg, start); err != nil {
-		watch.stop()
-		return Report{}, err
+	if cfg.Fault != FaultNone {
+		if err := sim.scheduleFault(ctx, cfg, start); err != nil {
+			watch.stop()
+			return Report{}, err
+		}
 	}
-	log.Info("load started", "label", cfg.Label, "rate", cfg.Rate, "duration", cfg.Duration)
+	log.Info("load started", "label", cfg.Label, "rate", cfg.Rate, "rate_to", cfg.RateTo, "duration", cfg.Duration)
 	samples := load.drive(ctx, start)
-	breaker := watch.stop()
+	breaker, limit := watch.stop()
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
@@ -193,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return newReport(cfg, start, samples, lag, breaker, audit), nil
+	return newReport(cfg, start, samples, lag, breaker, limit, audit), nil
 }
 
 // newRunID names a run's orders, so the audit finds exactly this run's rows in a database

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"path"
 	"strconv"
@@ -88,6 +89,9 @@ func (l *load) ready(ctx context.Context) error {
 // have finished, ordered by probe and schedule.
 func (l *load) drive(ctx context.Context, start time.Time) []Sample {
 	orders := schedule(time.Duration(float64(time.Second)/l.cfg.Rate), l.cfg.Duration)
+	if l.cfg.RateTo > 0 {
+		orders = rampSchedule(l.cfg.Rate, l.cfg.RateTo, l.cfg.Duration)
+	}
 	probes := schedule(l.cfg.HealthInterval, l.cfg.Duration)
 	samples := make([]Sample, len(orders)+len(probes))
 
@@ -113,6 +117,31 @@ func schedule(interval, d time.Duration) []time.Duration {
 		at = append(at, t)
 	}
 	return at
+}
+
+// rampSchedule returns the offsets of requests whose rate grows linearly from r0 to r1 per
+// second over d: the k-th request is due when the ramp's integral, r0·t + (r1−r0)·t²/2d,
+// reaches k.
+func rampSchedule(r0, r1 float64, d time.Duration) []time.Duration {
+	secs := d.Seconds()
+	a := (r1 - r0) / (2 * secs) // requests per second²
+	var at []time.Duration
+	for k := 0; ; k++ {
+		var t float64
+		if a == 0 {
+			t = float64(k) / r0
+		} else {
+			disc := r0*r0 + 4*a*float64(k)
+			if disc < 0 {
+				return at // a ramp down to 0 req/s issued its last request
+			}
+			t = (math.Sqrt(disc) - r0) / (2 * a)
+		}
+		if t >= secs {
+			return at
+		}
+		at = append(at, time.Duration(t*float64(time.Second)))
+	}
 }
 
 // dispatch starts fire(i, at) on a new goroutine when each offset comes due. It sleeps rather

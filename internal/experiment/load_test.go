@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -32,6 +33,43 @@ func TestSchedule(t *testing.T) {
 			if len(got) != tt.wantN || got[0] != 0 || got[len(got)-1] != tt.wantLast {
 				t.Errorf("schedule(%v, %v) has %d offsets from %v to %v, want %d from 0 to %v",
 					tt.interval, tt.d, len(got), got[0], got[len(got)-1], tt.wantN, tt.wantLast)
+			}
+		})
+	}
+}
+
+func TestRampSchedule(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		r0, r1 float64
+		d      time.Duration
+		wantN  int // the ramp's integral: (r0 + r1) / 2 × d
+	}{
+		{"DESIGN.md's ramp, 10 → 80 req/s over 20 s", 10, 80, 20 * time.Second, 900},
+		{"flat", 20, 20, 6 * time.Second, 120},
+		{"down to 0", 40, 0, 2 * time.Second, 40},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := rampSchedule(tt.r0, tt.r1, tt.d)
+			if len(got) < tt.wantN-1 || len(got) > tt.wantN+1 || got[0] != 0 || got[len(got)-1] >= tt.d {
+				t.Fatalf("rampSchedule has %d offsets from %v to %v, want about %d within %v", len(got), got[0], got[len(got)-1], tt.wantN, tt.d)
+			}
+			// The rate in each second is the ramp's at that second's middle.
+			perSecond := make([]int, int(tt.d/time.Second))
+			for i, at := range got {
+				if i > 0 && at <= got[i-1] {
+					t.Fatalf("offset %d (%v) not after %v", i, at, got[i-1])
+				}
+				perSecond[at/time.Second]++
+			}
+			for sec, n := range perSecond {
+				want := tt.r0 + (tt.r1-tt.r0)*(float64(sec)+0.5)/tt.d.Seconds()
+				if math.Abs(float64(n)-want) > 1 {
+					t.Errorf("second %d: %d requests, want %.1f", sec, n, want)
+				}
 			}
 		})
 	}

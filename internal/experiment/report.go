@@ -24,7 +24,9 @@ type Report struct {
 	// Health summarises the /health probes the same way.
 	Health  Phases  `json:"health"`
 	Breaker Breaker `json:"breaker"`
-	Audit   Audit   `json:"audit"`
+	// Limit is checkout's payment concurrency limit over the run, read with the breaker.
+	Limit Limit `json:"limit"`
+	Audit Audit `json:"audit"`
 
 	// WorstLag is the latest any request went out; a run is only reported when it is within
 	// Scenario.MaxLag.
@@ -35,6 +37,7 @@ type Report struct {
 // Scenario is the part of Config a report needs to be read and drawn.
 type Scenario struct {
 	Rate           float64   `json:"rate"`
+	RateTo         float64   `json:"rate_to,omitempty"` // the ramp's end rate; 0 for a constant rate
 	Duration       Millis    `json:"duration_ms"`
 	OutageStart    Millis    `json:"outage_start_ms"`
 	OutageFor      Millis    `json:"outage_for_ms"`
@@ -53,7 +56,7 @@ type Phases struct {
 	Healthy Summary `json:"healthy"`
 }
 
-func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, a Audit) Report {
+func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, l Limit, a Audit) Report {
 	phases := func(p Probe) Phases {
 		during := func(s Sample) bool { return cfg.inOutage(time.Duration(s.At)) }
 		return Phases{
@@ -63,7 +66,7 @@ func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration,
 		}
 	}
 	sc := Scenario{
-		Rate: cfg.Rate, Duration: Millis(cfg.Duration), OutageStart: Millis(cfg.OutageStart),
+		Rate: cfg.Rate, RateTo: cfg.RateTo, Duration: Millis(cfg.Duration), OutageStart: Millis(cfg.OutageStart),
 		OutageFor: Millis(cfg.OutageFor), Fault: cfg.Fault, RequestTimeout: Millis(cfg.RequestTimeout),
 		HealthInterval: Millis(cfg.HealthInterval), HealthTimeout: Millis(cfg.HealthTimeout), MaxLag: Millis(cfg.MaxLag),
 	}
@@ -73,13 +76,18 @@ func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration,
 	return Report{
 		Label: cfg.Label, StartedAt: start.UTC(), Scenario: sc,
 		Checkout: phases(ProbeCheckout), Health: phases(ProbeHealth),
-		Breaker: b, Audit: a, WorstLag: Millis(lag), Samples: samples,
+		Breaker: b, Limit: l, Audit: a, WorstLag: Millis(lag), Samples: samples,
 	}
 }
 
-// Name is how tables and figures refer to the run, e.g. "protected, 20 req/s".
+// Name is how tables and figures refer to the run, e.g. "protected, 20 req/s", or
+// "protected, 10→80 req/s" for a ramp.
 func (r Report) Name() string {
-	rate := strconv.FormatFloat(r.Scenario.Rate, 'f', -1, 64) + " req/s"
+	rate := strconv.FormatFloat(r.Scenario.Rate, 'f', -1, 64)
+	if r.Scenario.RateTo > 0 {
+		rate += "→" + strconv.FormatFloat(r.Scenario.RateTo, 'f', -1, 64)
+	}
+	rate += " req/s"
 	if r.Label == "" {
 		return rate
 	}
@@ -90,24 +98,25 @@ func (r Report) Name() string {
 // and any caveat (an unfinished drain) per run, so several runs compare at a glance.
 func WriteMarkdown(w io.Writer, reports ...Report) error {
 	var b strings.Builder
-	b.WriteString("| run | /health failures (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight (outage / run) | breaker | accepted | paid | still pending | lost | charged twice |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| run | /health failures (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight (outage / run) | breaker | payment limit (low–high) | accepted | paid | still pending | lost | charged twice |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range reports {
 		h, c, a := r.Health.Outage, r.Checkout, r.Audit
-		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d / %d | %s | %d | %d | %d | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d / %d | %s | %s | %d | %d | %d | %d | %d |\n",
 			r.Name(), healthFailures(h), ms(h.P50), ms(h.P95),
 			outcomes(c.Outage), ms(c.Outage.P50), ms(c.Outage.P95), outcomes(c.Healthy),
-			a.ProviderMaxInFlightOutage, a.ProviderMaxInFlight, breakerCell(r.Breaker), a.Accepted, a.Paid, a.StillPending, len(a.Lost), a.DoubleCharged)
+			a.ProviderMaxInFlightOutage, a.ProviderMaxInFlight, breakerCell(r.Breaker), limitCell(r.Limit),
+			a.Accepted, a.Paid, a.StillPending, len(a.Lost), a.DoubleCharged)
 	}
 	b.WriteString("\nOutage: requests due inside the fault window; healthy: those due outside it. Accepted: orders answered " +
 		"201 or 202. Provider max in-flight: the most charges the provider held at once while the fault was active (what " +
 		"piled up on it), then over the whole run (hung calls still held while recovery and drain traffic arrive). Paid and still pending: every order of the run in Postgres after the drain, including those whose client " +
 		"got a 5xx or gave up. Lost: orders answered 201, 202 or 402 but missing from Postgres. Charged twice: from the " +
-		"provider's ledger.\n\n")
+		"provider's ledger. Payment limit: the lowest and highest concurrency limit read from checkout's /metrics " +
+		"during the run.\n\n")
 	for _, r := range reports {
-		fmt.Fprintf(&b, "- **%s**: %s. Provider %s from %v for %v; load went out at most %s late.",
-			r.Name(), transitions(r.Breaker), fault(r.Scenario), time.Duration(r.Scenario.OutageStart),
-			time.Duration(r.Scenario.OutageFor), ms(r.WorstLag))
+		fmt.Fprintf(&b, "- **%s**: %s. Provider %s; load went out at most %s late.",
+			r.Name(), transitions(r.Breaker), faultSpan(r.Scenario), ms(r.WorstLag))
 		if !r.Audit.Drained {
 			fmt.Fprintf(&b, " **Not drained** after %s: %d orders still pending — the worker did not settle them in time.",
 				seconds(r.Audit.DrainWait), r.Audit.StillPending)
@@ -153,6 +162,17 @@ func sortedOutcomes(counts map[string]int) []string {
 	})
 }
 
+func limitCell(l Limit) string {
+	if !l.Observed {
+		return "none"
+	}
+	lo, hi := l.Range()
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d–%d", lo, hi)
+}
+
 func breakerCell(b Breaker) string {
 	if !b.Observed {
 		return "none"
@@ -179,8 +199,19 @@ func transitions(b Breaker) string {
 	return "breaker " + strings.Join(parts, ", ")
 }
 
+// faultSpan says what the provider did and when, e.g. "+10s latency from 500ms for 3s".
+func faultSpan(s Scenario) string {
+	if s.Fault == FaultNone {
+		return fault(s) + " throughout"
+	}
+	return fmt.Sprintf("%s from %v for %v", fault(s), time.Duration(s.OutageStart), time.Duration(s.OutageFor))
+}
+
 func fault(s Scenario) string {
-	if s.Fault == FaultLatency {
+	switch s.Fault {
+	case FaultNone:
+		return "healthy"
+	case FaultLatency:
 		return "+" + time.Duration(s.OutageLatency).String() + " latency"
 	}
 	return string(s.Fault)

@@ -33,8 +33,13 @@ func sampleReport(t *testing.T) Report {
 		{At: d(2260), From: "open", To: "half-open"},
 		{At: d(4050), From: "half-open", To: "closed"},
 	}}
+	// The limit grows to 6 while healthy, halves twice as the provider hangs, recovers.
+	limit := Limit{Observed: true, Points: []LimitPoint{
+		{At: d(-50), Limit: 4}, {At: d(0), Limit: 4, InFlight: 1}, {At: d(400), Limit: 6, InFlight: 5},
+		{At: d(900), Limit: 3, InFlight: 6}, {At: d(1000), Limit: 1, InFlight: 6}, {At: d(4200), Limit: 5, InFlight: 4},
+	}}
 	audit := Audit{Acknowledged: 4, Accepted: 4, Stored: 5, Paid: 5, ProviderMaxInFlight: 6, ProviderMaxInFlightOutage: 4, Drained: true, Lost: []string{}}
-	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, audit)
+	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, limit, audit)
 }
 
 func TestNewReportPhases(t *testing.T) {
@@ -62,17 +67,21 @@ func TestWriteMarkdown(t *testing.T) {
 	t.Parallel()
 	r := sampleReport(t)
 	undrained := r
-	undrained.Label, undrained.Breaker = "none", Breaker{}
+	undrained.Label, undrained.Breaker, undrained.Limit = "none", Breaker{}, Limit{}
+	ramp := r
+	ramp.Scenario.Rate, ramp.Scenario.RateTo, ramp.Scenario.Fault = 10, 80, FaultNone
 	undrained.Audit = Audit{Acknowledged: 3, Accepted: 3, Stored: 3, StillPending: 2, Lost: []string{"o9"}, DoubleCharged: 1, DrainWait: Millis(time.Minute)}
 
 	var b strings.Builder
-	if err := WriteMarkdown(&b, r, undrained); err != nil {
+	if err := WriteMarkdown(&b, r, undrained, ramp); err != nil {
 		t.Fatal(err)
 	}
 	got := b.String()
 	for _, want := range []string{
-		"| protected, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 4 / 6 | opened at 1.15 s | 4 | 5 | 0 | 0 | 0 |\n",
-		"| none, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 0 / 0 | none | 3 | 0 | 2 | 1 | 1 |\n",
+		"| protected, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 4 / 6 | opened at 1.15 s | 1–6 | 4 | 5 | 0 | 0 | 0 |\n",
+		"| none, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 0 / 0 | none | none | 3 | 0 | 2 | 1 | 1 |\n",
+		"| protected, 10→80 req/s |",
+		"- **protected, 10→80 req/s**: breaker closed→open at 1.15 s, open→half-open at 2.26 s, half-open→closed at 4.05 s. Provider healthy throughout; load went out at most 3.0 ms late.\n",
 		"- **protected, 20 req/s**: breaker closed→open at 1.15 s, open→half-open at 2.26 s, half-open→closed at 4.05 s. Provider +10s latency from 500ms for 3s; load went out at most 3.0 ms late.\n",
 		"**Not drained** after 60.00 s: 2 orders still pending",
 	} {
@@ -80,8 +89,8 @@ func TestWriteMarkdown(t *testing.T) {
 			t.Errorf("markdown lacks %q; got:\n%s", want, got)
 		}
 	}
-	if rows := strings.Count(got, "\n|"); rows != 3 {
-		t.Errorf("table has %d rows after the header, want 3 (separator and two runs)", rows)
+	if rows := strings.Count(got, "\n|"); rows != 4 {
+		t.Errorf("table has %d rows after the header, want 4 (separator and three runs)", rows)
 	}
 }
 
@@ -108,15 +117,20 @@ func TestWriteSVG(t *testing.T) {
 	t.Parallel()
 	withBreaker := sampleReport(t)
 	withoutBreaker := withBreaker
-	withoutBreaker.Label, withoutBreaker.Breaker = `none <"&">`, Breaker{}
+	withoutBreaker.Label, withoutBreaker.Breaker, withoutBreaker.Limit = `none <"&">`, Breaker{}, Limit{}
+	ramp := withBreaker
+	ramp.Scenario.Rate, ramp.Scenario.RateTo, ramp.Scenario.Fault = 10, 80, FaultNone
 	tests := []struct {
-		name      string
-		report    Report
-		wantBand  int
-		wantTitle string
+		name       string
+		report     Report
+		wantBand   int
+		wantOutage int
+		wantLimit  bool
+		wantTitle  string
 	}{
-		{"protected", withBreaker, 4, "protected, 20 req/s — provider +10s latency from 500ms for 3s"},
-		{"label needing escapes, no breaker", withoutBreaker, 0, `none <"&">, 20 req/s — provider +10s latency from 500ms for 3s`},
+		{"protected", withBreaker, 4, 1, true, "protected, 20 req/s — provider +10s latency from 500ms for 3s"},
+		{"label needing escapes, no breaker", withoutBreaker, 0, 1, false, `none <"&">, 20 req/s — provider +10s latency from 500ms for 3s`},
+		{"ramp, no fault", ramp, 4, 0, true, "protected, 10→80 req/s — provider healthy throughout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,8 +152,14 @@ func TestWriteSVG(t *testing.T) {
 			if got.inGroup["breaker/rect"] != tt.wantBand {
 				t.Errorf("%d breaker band segments, want %d", got.inGroup["breaker/rect"], tt.wantBand)
 			}
-			if got.inGroup["outage/rect"] != 1 {
-				t.Errorf("%d outage windows, want 1", got.inGroup["outage/rect"])
+			if got.inGroup["outage/rect"] != tt.wantOutage {
+				t.Errorf("%d outage windows, want %d", got.inGroup["outage/rect"], tt.wantOutage)
+			}
+			if lines := got.inGroup["limit/polyline"]; tt.wantLimit != (lines == 2) || !tt.wantLimit && lines != 0 {
+				t.Errorf("%d limit lines, want them drawn: %v", lines, tt.wantLimit)
+			}
+			if tt.wantLimit && !bytes.Contains(b.Bytes(), []byte("payment limit (1–6)")) {
+				t.Error("legend does not give the limit's range, 1–6")
 			}
 		})
 	}

@@ -100,6 +100,14 @@ func TestConfigValidate(t *testing.T) {
 		{"zero rate", func(c *Config) { c.Rate = 0 }, "rate"},
 		{"zero latency for a latency fault", func(c *Config) { c.OutageLatency = 0 }, "outage latency"},
 		{"zero latency is fine when down", func(c *Config) { c.Fault, c.OutageLatency = FaultDown, 0 }, ""},
+		{"no outage length", func(c *Config) { c.OutageFor = 0 }, "outage length"},
+		{"no fault needs no outage", func(c *Config) { c.Fault, c.OutageFor = FaultNone, 0 }, ""},
+		{"negative ramp", func(c *Config) { c.RateTo = -1 }, "ramp"},
+		{"the ramp", func(c *Config) {
+			r := RampConfig()
+			r.CheckoutURL, r.SimulatorURL, r.DatabaseURL = c.CheckoutURL, c.SimulatorURL, c.DatabaseURL
+			*c = r
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,8 +20,9 @@ var timelineTemplate = template.Must(template.New("timeline").Funcs(template.Fun
 }).Parse(timelineSource))
 
 // WriteSVG draws the run as a timeline: each request's latency (log scale) at the time it was
-// due, coloured by outcome; /health probes as squares; the fault window shaded; and the
-// payment breaker's state as a band above the plot.
+// due, coloured by outcome; /health probes as squares; the fault window shaded; the payment
+// breaker's state as a band above the plot; and the payment concurrency limit, with the calls
+// holding its slots, as lines against a linear axis on the right.
 func WriteSVG(w io.Writer, r Report) error {
 	return timelineTemplate.Execute(w, newTimeline(r))
 }
@@ -46,6 +47,9 @@ var outcomeColors = map[string]string{
 
 var breakerColors = map[string]string{"closed": "#a5d6a7", "half-open": "#fff176", "open": "#ef9a9a"}
 
+// Colours of the concurrency limit's lines.
+const limitColor, inFlightColor = "#4a148c", "#00838f"
+
 type timeline struct {
 	Width, Height, Left, Right, Top, Bottom, PlotHeight, TickEnd float64
 	Title                                                        string
@@ -60,6 +64,13 @@ type timeline struct {
 	Checkout, Health                                             []point
 	LegendX                                                      float64
 	Legend                                                       []legendEntry
+
+	// The concurrency limit: polylines ("x,y x,y …") against the right axis, empty when
+	// checkout exported no limit.
+	LimitLine, InFlightLine     string
+	LimitColor, InFlightColor   string
+	LimitTicks                  []tick
+	LimitTickX, LimitTickLabelX float64
 }
 
 type span struct {
@@ -99,7 +110,7 @@ func newTimeline(r Report) timeline {
 	tl := timeline{
 		Width: svgWidth, Height: svgHeight, Left: plotLeft, Right: plotRight, Top: plotTop, Bottom: plotBottom,
 		PlotHeight: plotBottom - plotTop, TickEnd: plotBottom + 5,
-		Title: fmt.Sprintf("%s — provider %s from %v for %v", r.Name(), fault(sc), time.Duration(sc.OutageStart), time.Duration(sc.OutageFor)),
+		Title: fmt.Sprintf("%s — provider %s", r.Name(), faultSpan(sc)),
 		BandY: bandY, BandHeight: bandHeight, BandLabelX: plotLeft - 6, BandTextY: bandY + 12,
 		OutageLabelY: plotTop + 14,
 		Timeout:      tick{Pos: y(time.Duration(sc.RequestTimeout)), Label: fmt.Sprintf("checkout client gives up (%v)", time.Duration(sc.RequestTimeout))},
@@ -108,7 +119,9 @@ func newTimeline(r Report) timeline {
 	}
 	outageFrom := time.Duration(sc.OutageStart)
 	outageTo := min(outageFrom+time.Duration(sc.OutageFor), end)
-	tl.Outage = span{X: x(outageFrom), W: x(outageTo) - x(outageFrom), Label: "provider " + fault(sc)}
+	if sc.Fault != FaultNone {
+		tl.Outage = span{X: x(outageFrom), W: x(outageTo) - x(outageFrom), Label: "provider " + fault(sc)}
+	}
 	tl.Band, tl.BandNote = band(r.Breaker, end, x)
 
 	for t := time.Duration(0); t <= end; t += tickStep(end) {
@@ -134,7 +147,66 @@ func newTimeline(r Report) timeline {
 		tl.Checkout = append(tl.Checkout, p)
 	}
 	tl.Legend = legend(counts, r.Health.All)
+	if r.Limit.Observed {
+		tl.limitLines(r.Limit, end, x)
+		add := func(color, label string) {
+			tl.Legend = append(tl.Legend, legendEntry{Y: legendTop + legendLineStep*float64(len(tl.Legend)), Color: color, Label: label})
+		}
+		lo, hi := r.Limit.Range()
+		add(limitColor, fmt.Sprintf("payment limit (%d–%d)", lo, hi))
+		add(inFlightColor, "payment calls in flight")
+	}
 	return tl
+}
+
+// limitLines draws the limit and the calls in flight as step lines over [0, end], against a
+// linear axis from 0 at the bottom of the plot to a round number at its top.
+func (tl *timeline) limitLines(l Limit, end time.Duration, x func(time.Duration) float64) {
+	top := 1
+	for _, p := range l.Points {
+		top = max(top, p.Limit, p.InFlight)
+	}
+	step := 1
+	for _, s := range []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} {
+		step = s
+		if (top+s-1)/s <= 5 {
+			break
+		}
+	}
+	top = (top + step - 1) / step * step
+	y := func(v int) float64 { return plotBottom - (plotBottom-plotTop)*float64(v)/float64(top) }
+	for v := 0; v <= top; v += step {
+		tl.LimitTicks = append(tl.LimitTicks, tick{Pos: y(v), Label: strconv.Itoa(v)})
+	}
+	tl.LimitTickX, tl.LimitTickLabelX = plotRight+4, plotRight+6
+	tl.LimitColor, tl.InFlightColor = limitColor, inFlightColor
+
+	var limit, inFlight []byte
+	var prev *LimitPoint
+	for i := range l.Points {
+		p := &l.Points[i]
+		at := time.Duration(p.At)
+		if at < 0 || at > end {
+			continue
+		}
+		// A step line: hold the previous reading until this one, then jump.
+		if prev != nil {
+			limit = appendPoint(limit, x(at), y(prev.Limit))
+			inFlight = appendPoint(inFlight, x(at), y(prev.InFlight))
+		}
+		limit = appendPoint(limit, x(at), y(p.Limit))
+		inFlight = appendPoint(inFlight, x(at), y(p.InFlight))
+		prev = p
+	}
+	tl.LimitLine, tl.InFlightLine = string(limit), string(inFlight)
+}
+
+// appendPoint appends "x,y " to an SVG points list.
+func appendPoint(b []byte, x, y float64) []byte {
+	b = strconv.AppendFloat(b, x, 'f', 1, 64)
+	b = append(b, ',')
+	b = strconv.AppendFloat(b, y, 'f', 1, 64)
+	return append(b, ' ')
 }
 
 // band turns the breaker's transitions into coloured spans over [0, end].

@@ -5,7 +5,8 @@
 // must never get a healthy process restarted, which would turn a partial
 // outage into a full one. Readiness reflects only what this process needs to
 // accept work durably (the database), never the payment provider, whose
-// outages the service is built to absorb.
+// outages the service is built to absorb. A process that has been asked to
+// stop answers readiness with ShuttingDown while it drains.
 package health
 
 import (
@@ -22,7 +23,10 @@ import (
 // honour ctx: the readiness handler bounds every check with a timeout.
 type Check func(ctx context.Context) error
 
-var okBody = []byte(`{"status":"ok"}` + "\n")
+var (
+	okBody           = []byte(`{"status":"ok"}` + "\n")
+	shuttingDownBody = []byte(`{"status":"shutting_down"}` + "\n")
+)
 
 // Liveness answers 200 {"status":"ok"} without looking at anything else.
 func Liveness() http.Handler {
@@ -53,6 +57,19 @@ func Readiness(timeout time.Duration, checks map[string]Check) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": result})
+	})
+}
+
+// ShuttingDown answers 503 {"status":"shutting_down"}: the readiness of a
+// process that has been asked to stop and is draining, so that load
+// balancers stop sending it new requests while it finishes the ones it has
+// (see httpserver.Config.DrainDelay).
+func ShuttingDown() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(shuttingDownBody)
 	})
 }
 

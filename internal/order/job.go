@@ -46,3 +46,15 @@ var liveJobStates = []rivertype.JobState{
 	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
 	rivertype.JobStateRunning, rivertype.JobStateScheduled,
 }
+
+// liveJobStateNames is liveJobStates as plain strings, for SQL parameters:
+// pgx cannot encode a slice of a named string type without asking the
+// server for the parameter's type first, which the query exec modes used
+// behind PgBouncer (exec, simple_protocol) never do.
+var liveJobStateNames = func() []string {
+	names := make([]string, len(liveJobStates))
+	for i, s := range liveJobStates {
+		names[i] = string(s)
+	}
+	return names
+}()

@@ -91,7 +91,7 @@ func TestReproResumedAttemptIsNotRecorded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := order.Settle(ctx, b.db, o.ID, to); err != nil {
+		if _, _, err := order.Settle(ctx, b.db, o, to); err != nil {
 			t.Fatal(err)
 		}
 	}

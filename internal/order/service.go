@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -84,16 +86,24 @@ type JobInserter interface {
 
 // Service runs the checkout flow.
 type Service struct {
-	db    *pgxpool.Pool
-	payer Payer
-	jobs  JobInserter
-	cfg   Config
-	log   *slog.Logger
+	db     *pgxpool.Pool
+	payer  Payer
+	jobs   JobInserter
+	prices PriceChecker // nil: prices are trusted (no CATALOG_URL)
+	cfg    Config
+	log    *slog.Logger
 }
 
 // NewService wires the flow's dependencies.
 func NewService(db *pgxpool.Pool, payer Payer, jobs JobInserter, cfg Config, log *slog.Logger) *Service {
 	return &Service{db: db, payer: payer, jobs: jobs, cfg: cfg, log: log}
+}
+
+// WithPriceCheck makes Place check every new order's prices with prices
+// before writing it.
+func (s *Service) WithPriceCheck(prices PriceChecker) *Service {
+	s.prices = prices
+	return s
 }
 
 // Placed is the outcome of Place: the order as the request's answer shows
@@ -108,6 +118,8 @@ type Placed struct {
 	Replayed bool
 	// RetryAfter hints when a deferred order is worth polling.
 	RetryAfter time.Duration
+	// Prices says how the order's prices were checked (not for replays).
+	Prices PriceCheck
 }
 
 // placement carries one request through the flow.
@@ -131,6 +143,17 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 	if err != nil {
 		return Placed{}, err
 	}
+	var prices PriceCheck
+	if s.prices != nil {
+		if prices, err = s.prices.CheckPrices(ctx, req.Currency, req.Items); err != nil {
+			// A replay repeats its first answer whatever the catalog says
+			// now; only a new order is refused.
+			if replay, ok := s.replay(ctx, key, req); ok {
+				return replay, nil
+			}
+			return Placed{}, err
+		}
+	}
 	p, claim, err := s.begin(ctx, key, req, total)
 	if err != nil {
 		return Placed{}, classifyDBError(err)
@@ -143,11 +166,29 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 	case idempotency.Mismatch:
 		return Placed{}, ErrKeyReused
 	}
+	var placed Placed
 	if p.order.Status.Terminal() {
 		// A resumed request whose order the worker settled meanwhile.
-		return s.settle(ctx, p, Settlement{Status: p.order.Status})
+		placed, err = s.settle(ctx, p, Settlement{Status: p.order.Status})
+	} else {
+		placed, err = s.charge(ctx, p)
 	}
-	return s.charge(ctx, p)
+	placed.Prices = prices
+	return placed, err
+}
+
+// replay returns the stored answer of key if it has one for this request.
+func (s *Service) replay(ctx context.Context, key string, req PlaceRequest) (Placed, bool) {
+	var claim keyClaim
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		claim, err = peekKey(ctx, tx, key, req.Fingerprint())
+		return err
+	})
+	if err != nil || claim.state != idempotency.Finished {
+		return Placed{}, false
+	}
+	return Placed{Order: claim.answer, Replayed: true}, true
 }
 
 // begin is step 1. Its common case — a new key — is one statement. A key
@@ -220,6 +261,8 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 		return s.settle(ctx, p, to)
 	case s.cfg.Fallback:
 		s.log.WarnContext(ctx, "payment deferred to the worker", "order_id", p.order.ID, "err", err)
+		trace.SpanFromContext(ctx).AddEvent("payment deferred", trace.WithAttributes(
+			attribute.String("order.id", p.order.ID.String()), attribute.String("error", err.Error())))
 		return s.deferOrder(ctx, p)
 	}
 	// No fallback: the order stays pending and the worker's sweep charges
@@ -242,7 +285,7 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Placed, error) {
 	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
-	_, answered, _, err := settle(ctx, s.db, p.order.ID, to, true)
+	_, answered, _, err := settle(ctx, s.db, p.order, to, true)
 	if err != nil {
 		return Placed{}, classifyDBError(err)
 	}
@@ -257,7 +300,7 @@ func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Place
 func (s *Service) deferOrder(ctx context.Context, p placement) (Placed, error) {
 	res := Placed{RetryAfter: s.probeDelay()}
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, answered, _, err := settle(ctx, tx, p.order.ID, Settlement{Status: StatusPendingPayment}, true)
+		_, answered, _, err := settle(ctx, tx, p.order, Settlement{Status: StatusPendingPayment}, true)
 		if err != nil {
 			return err
 		}

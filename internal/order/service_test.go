@@ -124,7 +124,7 @@ func TestPlaceDefersWithItsJobWhenTheProviderIsDown(t *testing.T) {
 		t.Errorf("scheduled charge jobs for the order = %d, want 1", n)
 	}
 	// The replay stays a 202 after the worker paid the order.
-	if _, _, err := order.Settle(context.Background(), b.db, placed.Order.ID, order.Settlement{Status: order.StatusPaid, ChargeID: "ch_worker"}); err != nil {
+	if _, _, err := order.Settle(context.Background(), b.db, placed.Order, order.Settlement{Status: order.StatusPaid, ChargeID: "ch_worker"}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := b.svc.Place(context.Background(), "k-down", placeRequest("pm_card_visa"))

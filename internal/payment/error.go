@@ -152,7 +152,7 @@ func NotCharged(err error) bool {
 		return false
 	}
 	switch {
-	case e.Kind == ErrDeclined, e.Kind == ErrPermanent:
+	case errors.Is(e.Kind, ErrDeclined), errors.Is(e.Kind, ErrPermanent):
 		return true
 	case e.StatusCode == http.StatusTooManyRequests, e.StatusCode == http.StatusServiceUnavailable:
 		return true

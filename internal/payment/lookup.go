@@ -48,7 +48,7 @@ func (c *Client) findCharges(ctx context.Context, orderID string) ([]Receipt, er
 		return nil, &Error{Kind: ErrPermanent, Err: fmt.Errorf("build request: %w", err)}
 	}
 	httpReq.Header.Set("Accept", "application/json")
-	resp, body, err := c.send(httpReq)
+	resp, body, err := c.send(httpReq) //nolint:bodyclose // send reads the body and closes it
 	if err != nil {
 		return nil, err
 	}

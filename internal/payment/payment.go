@@ -31,6 +31,9 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Defaults for Config, chosen for a provider on the same network answering in ~200 ms.
@@ -70,6 +73,7 @@ type Config struct {
 type Client struct {
 	chargesURL *url.URL
 	http       *http.Client
+	transport  *http.Transport // under the tracing transport, for CloseIdleConnections
 }
 
 // NewClient returns a Client with its own transport; it never uses http.DefaultClient, whose
@@ -80,14 +84,29 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("payment: base URL %q: want an absolute http or https URL", cfg.BaseURL)
 	}
 	cfg = withDefaults(cfg)
+	transport := newTransport(cfg)
 	return &Client{
 		chargesURL: base.JoinPath("v1", "charges"),
 		http: &http.Client{
-			Transport: newTransport(cfg),
+			Transport: traced(transport),
 			// A redirect of a charge is a misconfigured base URL; following it would repost.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
+		transport: transport,
 	}, nil
+}
+
+// traced gives every request to the provider a client span "POST /v1/charges" (the path
+// carries no ids: the lookup's reference is in the query) and sends the W3C traceparent
+// along. The span comes from the tracer provider of the caller's span — the server span of
+// POST /orders, the worker's job span — so the client needs no provider of its own (without
+// a caller's span: the global one, a no-op unless tracing is on). It changes nothing about
+// re-sends: the request keeps GetBody nil (see newRequest).
+func traced(rt http.RoundTripper) http.RoundTripper {
+	return otelhttp.NewTransport(rt,
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }),
+	)
 }
 
 func withDefaults(cfg Config) Config {
@@ -132,7 +151,7 @@ func newTransport(cfg Config) *http.Transport {
 
 // CloseIdleConnections closes kept-alive connections to the provider, for shutdown.
 func (c *Client) CloseIdleConnections() {
-	c.http.CloseIdleConnections()
+	c.transport.CloseIdleConnections() // the tracing transport does not pass the call on
 }
 
 // ChargeRequest asks for Amount minor units of Currency from PaymentMethod, for an order.
@@ -210,7 +229,7 @@ func (c *Client) chargeOnce(ctx context.Context, req ChargeRequest) (Receipt, er
 	if err != nil {
 		return Receipt{}, &Error{Kind: ErrPermanent, Err: err}
 	}
-	resp, body, err := c.send(httpReq)
+	resp, body, err := c.send(httpReq) //nolint:bodyclose // send reads the body and closes it
 	if err != nil {
 		return Receipt{}, err
 	}

@@ -27,13 +27,15 @@ func NewProtected(client *Client, policy *resilience.Policy) *Protected {
 
 // NewProtectedClient builds the whole protected client for one role: a
 // Client for baseURL behind a Policy called name (its metrics and logs
-// label). The connection cap matches the bulkhead — more connections could
-// never be used at once, fewer would make calls queue inside net/http,
-// invisible to the bulkhead's metrics — and outside protected mode there is
-// no cap at all, since a cap is a bulkhead too.
+// label). The connection cap is the most calls the policy's concurrency
+// limit ever admits (the adaptive limit's maximum, not its current value;
+// or the static bulkhead) — more connections could never be used at once,
+// fewer would make calls queue inside net/http, invisible to the limit's
+// metrics — and outside protected mode there is no cap at all, since a cap
+// is a bulkhead too.
 func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilience.Metrics, log *slog.Logger) (*Protected, error) {
-	maxConns := cfg.BulkheadSize
-	if cfg.Mode != resilience.ModeProtected {
+	maxConns := cfg.MaxConcurrency()
+	if maxConns == 0 {
 		maxConns = -1
 	}
 	client, err := NewClient(Config{BaseURL: baseURL, MaxConns: maxConns})

@@ -35,12 +35,15 @@ type buildError struct {
 func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n" + e.output }
 
 // StartBinary runs a built binary with exactly env as its environment (plus
-// PATH), waits for it to log its listen address and answer /health, and
+// PATH, and no readiness drain unless env sets one), waits for it to log its listen address and answer /health, and
 // stops it with SIGTERM when the test ends.
 func StartBinary(t testing.TB, path string, args []string, env map[string]string) *Process {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if _, ok := env["SHUTDOWN_DRAIN_DELAY"]; !ok {
+		cmd.Env = append(cmd.Env, "SHUTDOWN_DRAIN_DELAY=0s") // as in Start: see testEnv
+	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

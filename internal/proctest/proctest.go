@@ -33,6 +33,19 @@ type Process struct {
 	logs   *logBuffer
 }
 
+// testEnv looks variables up in env, where a test that does not set
+// SHUTDOWN_DRAIN_DELAY gets no readiness drain: its 5 s default would be
+// added to every test's cleanup, and nothing routes traffic to a test's
+// process. Tests of the drain set it.
+func testEnv(env map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := env[k]; ok || k != "SHUTDOWN_DRAIN_DELAY" {
+			return v
+		}
+		return "0s"
+	}
+}
+
 // Start runs run(ctx, args, env, …) in a goroutine and waits until the
 // process logs its listen address and answers /health. The process is
 // stopped (its context cancelled, as SIGTERM would) when the test ends.
@@ -46,7 +59,7 @@ func Start(t testing.TB, run RunFunc, args []string, env map[string]string) *Pro
 	go func() {
 		defer close(p.done)
 		defer pw.Close()
-		p.err = run(ctx, args, func(k string) string { return env[k] }, pw, pw)
+		p.err = run(ctx, args, testEnv(env), pw, pw)
 	}()
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {

@@ -57,9 +57,10 @@ func isRejection(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, gobreaker.ErrOpenState)
 }
 
-func benchPolicy(b *testing.B, open bool) *Policy {
+func benchPolicy(b *testing.B, open bool, limit LimitKind) *Policy {
 	b.Helper()
 	cfg := DefaultConfig()
+	cfg.Limit = limit
 	cfg.OpenDuration = 1 << 62 // stays open for the whole benchmark
 	cfg.MinCalls, cfg.WindowSize = 1, 1
 	p, err := New("bench", cfg, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -90,27 +91,35 @@ func BenchmarkClosed(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("breaker+bulkhead", func(b *testing.B) {
-		// The layers failsafe-go's breaker + bulkhead composition covers,
-		// without retry and per-attempt timeout, for a like-for-like figure.
-		p := benchPolicy(b, false)
-		benchSerialAndParallel(b, func(ctx context.Context) error {
-			c, err := p.breaker.allow()
-			if err != nil {
+	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
+		b.Run("breaker+"+limit.String(), func(b *testing.B) {
+			// The layers failsafe-go's breaker + bulkhead (or adaptive
+			// limiter) composition covers, without retry and per-attempt
+			// timeout, for a like-for-like figure.
+			p := benchPolicy(b, false, limit)
+			benchSerialAndParallel(b, func(ctx context.Context) error {
+				c, err := p.breaker.allow()
+				if err != nil {
+					return err
+				}
+				if err := p.limit.acquire(ctx); err != nil {
+					c.finish(errReportExcluded, p.breaker.calls.rejected)
+					return err
+				}
+				c.startClock()
+				_, err = bareCall(ctx)
+				s := noSignal
+				if c.finish(nil, p.breaker.calls.success) {
+					s = healthy
+				}
+				p.limit.release(s)
 				return err
-			}
-			if err := p.bulkhead.acquire(ctx); err != nil {
-				c.finish(reportExcluded, p.breaker.calls.rejected)
-				return err
-			}
-			c.startClock()
-			_, err = bareCall(ctx)
-			p.bulkhead.release()
-			c.finish(nil, p.breaker.calls.success)
-			return err
+			})
 		})
-	})
-	b.Run("protected", func(b *testing.B) { benchProtected(b, false) })
+	}
+
+	b.Run("protected", func(b *testing.B) { benchProtected(b, false, LimitAdaptive) })
+	b.Run("protected-static", func(b *testing.B) { benchProtected(b, false, LimitStatic) })
 }
 
 func BenchmarkOpen(b *testing.B) {
@@ -126,14 +135,48 @@ func BenchmarkOpen(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("protected", func(b *testing.B) { benchProtected(b, true) })
+	b.Run("protected", func(b *testing.B) { benchProtected(b, true, LimitAdaptive) })
 }
 
 // benchProtected measures Do with every layer, the breaker closed or open.
-func benchProtected(b *testing.B, open bool) {
-	p := benchPolicy(b, open)
+func benchProtected(b *testing.B, open bool, limit LimitKind) {
+	p := benchPolicy(b, open, limit)
 	benchSerialAndParallel(b, func(ctx context.Context) error {
 		_, err := Do(ctx, p, bareCall)
 		return err
 	})
+}
+
+// BenchmarkLimit measures the concurrency limit alone, acquire and release
+// around a bare call, beside the channel semaphore the static bulkhead was
+// before the adaptive limit (and the HTTP pools still are): the cost the
+// limit adds to the closed path.
+func BenchmarkLimit(b *testing.B) {
+	m, _ := NewMetrics(nil)
+	b.Run("channel-bulkhead", func(b *testing.B) {
+		bh := newBulkhead(4, 0, m.bulkheadInUse.WithLabelValues("bench"), m.bulkheadRejected.WithLabelValues("bench"))
+		benchSerialAndParallel(b, func(ctx context.Context) error {
+			if err := bh.acquire(ctx); err != nil {
+				return err
+			}
+			v, err := bareCall(ctx)
+			sink += v
+			bh.release()
+			return err
+		})
+	})
+	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
+		b.Run(limit.String(), func(b *testing.B) {
+			p := benchPolicy(b, false, limit)
+			benchSerialAndParallel(b, func(ctx context.Context) error {
+				if err := p.limit.acquire(ctx); err != nil {
+					return err
+				}
+				v, err := bareCall(ctx)
+				sink += v
+				p.limit.release(healthy)
+				return err
+			})
+		})
+	}
 }

@@ -38,9 +38,9 @@ var (
 // judged the call's error, so gobreaker's callbacks only compare sentinels
 // and never run caller code under gobreaker's lock.
 var (
-	reportFailure  = errors.New("failure")
-	reportSlow     = errors.New("slow call")
-	reportExcluded = errors.New("excluded")
+	errReportFailure  = errors.New("failure")
+	errReportSlow     = errors.New("slow call")
+	errReportExcluded = errors.New("excluded")
 )
 
 // breaker is gobreaker's two-step breaker plus the two rules it lacks: a
@@ -66,7 +66,11 @@ type breaker struct {
 	epoch     time.Time
 	openUntil atomic.Int64
 
-	calls       callCounters
+	calls callCounters
+	// limit hears each slow call the moment the slow timer fires, the same
+	// signal the slow-call rule counts, so it can shrink before the call
+	// completes. Set once by New, before any call.
+	limit       *limiter
 	stateGauge  prometheus.Gauge
 	transitions *prometheus.CounterVec
 	name        string
@@ -114,7 +118,7 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		Timeout:       b.openFor,
 		ReadyToTrip:   func(gobreaker.Counts) bool { return b.win.tripped(b.minCalls, b.failureRate, b.slowRate) },
 		OnStateChange: b.onStateChange,
-		IsExcluded:    func(err error) bool { return err == reportExcluded },
+		IsExcluded:    func(err error) bool { return errors.Is(err, errReportExcluded) },
 		IsSuccessful:  b.record,
 	})
 	b.stateGauge.Set(float64(StateClosed))
@@ -128,11 +132,11 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 // generations: a hung call that finally returns after the breaker opened
 // cannot pollute the next window.
 func (b *breaker) record(err error) bool {
-	switch err {
-	case nil:
+	switch {
+	case err == nil:
 		b.win.add(succeeded)
 		return true
-	case reportSlow:
+	case errors.Is(err, errReportSlow):
 		b.win.add(slow)
 	default:
 		b.win.add(failed)
@@ -187,9 +191,11 @@ func (b *breaker) allow() (*call, error) {
 	done, err := b.cb.Allow()
 	if err != nil {
 		b.calls.rejected.Inc()
-		if err == gobreaker.ErrOpenState {
+		if errors.Is(err, gobreaker.ErrOpenState) {
+			b.calls.rejectedOpen.Inc()
 			return nil, ErrOpen
 		}
+		b.calls.rejectedHalfOpen.Inc()
 		return nil, ErrTooManyRequests
 	}
 	c := b.pool.Get().(*call)
@@ -200,9 +206,10 @@ func (b *breaker) allow() (*call, error) {
 	return c, nil
 }
 
-// call tracks one admitted call so that its outcome reaches gobreaker
-// exactly once: either from the slow timer, the moment the call passes the
-// slow threshold, or from the call's completion, whichever comes first.
+// call tracks one admitted call so that its outcome reaches gobreaker, and
+// the concurrency limit, exactly once: either from the slow timer, the
+// moment the call passes the slow threshold, or from the call's completion,
+// whichever comes first.
 type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
@@ -218,8 +225,8 @@ const (
 )
 
 // startClock starts the slow-call timer. The stack calls it once the call
-// holds a bulkhead slot, so time spent queueing for a slot, which says
-// nothing about the dependency, does not count.
+// holds a slot of the concurrency limit, so time spent queueing for a
+// slot, which says nothing about the dependency, does not count.
 func (c *call) startClock() {
 	c.armed = true
 	c.timer.Reset(c.b.slowAfter)
@@ -227,21 +234,24 @@ func (c *call) startClock() {
 
 // onSlow runs on the timer's goroutine while the call is still in flight.
 // Reporting now, rather than when the call returns, is what trips the
-// breaker while hung calls are still holding connections (gobreaker #91).
+// breaker while hung calls are still holding connections (gobreaker #91),
+// and what shrinks the adaptive limit before a hung call has completed.
 func (c *call) onSlow() {
 	if !c.state.CompareAndSwap(running, reportedSlow) {
 		return // the call finished first
 	}
 	c.b.calls.slow.Inc()
-	c.done(reportSlow)
+	c.done(errReportSlow)
+	c.b.limit.congested()
 }
 
-// finish reports how the call ended, unless onSlow already reported it as
-// slow, in which case the result still goes back to the caller but the
-// breaker hears nothing more.
-func (c *call) finish(report error, counter prometheus.Counter) {
+// finish reports how the call ended and returns true, unless onSlow already
+// reported it as slow: then the result still goes back to the caller but
+// the breaker hears nothing more, and finish returns false so the caller
+// does not tell the limit twice either.
+func (c *call) finish(report error, counter prometheus.Counter) bool {
 	if !c.state.CompareAndSwap(running, finished) {
-		return
+		return false
 	}
 	// Recycle only when the timer provably never fired: if Stop is too
 	// late, onSlow may still be running and reading c.
@@ -252,4 +262,5 @@ func (c *call) finish(report error, counter prometheus.Counter) {
 		c.done = nil
 		c.b.pool.Put(c)
 	}
+	return true
 }

@@ -325,8 +325,8 @@ func TestPanickingCallReleasesItsProbe(t *testing.T) {
 		if got, want := b.p.State(), StateOpen; got != want {
 			t.Errorf("after a panicking probe: state = %v, want %v", got, want)
 		}
-		if got := len(b.p.bulkhead.slots); got != 0 {
-			t.Errorf("bulkhead slots held = %d, want 0", got)
+		if _, got := b.p.limit.current(); got != 0 {
+			t.Errorf("limit slots held = %d, want 0", got)
 		}
 	})
 }

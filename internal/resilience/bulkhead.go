@@ -9,10 +9,12 @@ import (
 )
 
 // ErrBulkheadFull means every slot stayed taken for the whole bounded wait,
-// so the call was not made.
+// so the call was not made. A Policy's concurrency limit, static or
+// adaptive, returns it too.
 var ErrBulkheadFull = errors.New("resilience: bulkhead full")
 
-// bulkhead bounds concurrency with a buffered channel used as a semaphore:
+// bulkhead bounds concurrency with a buffered channel used as a semaphore
+// (the HTTP pools; a Policy's limit is a limiter, whose size can move):
 // a send takes a slot, a receive frees one. Unlike x/sync/semaphore it
 // needs no lock and no waiter list, and a non-blocking send makes the fast
 // path allocation-free. Waiters are not served in FIFO order, which is

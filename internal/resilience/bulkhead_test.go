@@ -60,7 +60,7 @@ func TestBulkhead(t *testing.T) {
 					t.Errorf("in use = %v, want %v", got, want)
 				}
 				wantRejected := 0.0
-				if tt.wantErr == ErrBulkheadFull {
+				if errors.Is(tt.wantErr, ErrBulkheadFull) {
 					wantRejected = 1
 				}
 				if got := counterValue(t, rejected); got != wantRejected {

@@ -86,10 +86,73 @@ type Config struct {
 	// that many successes in a row close it, one failure re-opens it.
 	HalfOpenProbes int
 
-	// BulkheadSize bounds the calls in flight to the dependency; a call
-	// that finds it full waits at most BulkheadWait for a slot.
-	BulkheadSize int
+	// Limit selects the concurrency limit: adaptive (the zero value, so
+	// the default) or static. Either way a call that finds the limit
+	// reached waits at most BulkheadWait for a slot, then gets
+	// ErrBulkheadFull.
+	Limit        LimitKind
 	BulkheadWait time.Duration
+	// BulkheadSize is the fixed number of calls in flight of the static
+	// limit.
+	BulkheadSize int
+	// The adaptive limit starts at LimitInitial and moves between LimitMin
+	// and LimitMax: up by one per healthy call while the load presses on
+	// it, multiplied by LimitBackoff for each slow, timed-out or failed
+	// call (see limiter in limit.go).
+	LimitInitial int
+	LimitMin     int
+	LimitMax     int
+	LimitBackoff float64
+}
+
+// LimitKind selects the concurrency limit of a protected [Policy].
+type LimitKind uint8
+
+const (
+	// LimitAdaptive moves the limit with the dependency's health, between
+	// LimitMin and LimitMax. It is the zero value.
+	LimitAdaptive LimitKind = iota
+	// LimitStatic is the fixed bulkhead of BulkheadSize slots.
+	LimitStatic
+)
+
+var limitNames = [...]string{LimitAdaptive: "adaptive", LimitStatic: "static"}
+
+// ParseLimitKind parses "adaptive" or "static"; the empty string means the
+// default, adaptive.
+func ParseLimitKind(s string) (LimitKind, error) {
+	if s == "" {
+		return LimitAdaptive, nil
+	}
+	for k, name := range limitNames {
+		if s == name {
+			return LimitKind(k), nil
+		}
+	}
+	return 0, fmt.Errorf("resilience: unknown limit %q (want adaptive or static)", s)
+}
+
+func (k LimitKind) String() string {
+	if int(k) < len(limitNames) {
+		return limitNames[k]
+	}
+	return fmt.Sprintf("LimitKind(%d)", uint8(k))
+}
+
+// MaxConcurrency is the most calls the policy ever lets run at once: the
+// adaptive limit's maximum, or the static bulkhead's size; 0 outside
+// ModeProtected, where nothing bounds them. An HTTP client's connection
+// cap should follow it: fewer connections would make calls queue inside
+// the client, where the limit cannot see them, and more could never be
+// used at once.
+func (c Config) MaxConcurrency() int {
+	switch {
+	case c.Mode != ModeProtected:
+		return 0
+	case c.Limit == LimitStatic:
+		return c.BulkheadSize
+	}
+	return c.LimitMax
 }
 
 // DefaultConfig returns the defaults DESIGN.md fixes, which are the demo
@@ -118,13 +181,55 @@ func DefaultConfig() Config {
 		OpenJitter:     200 * time.Millisecond,
 		HalfOpenProbes: 3, // article: 3
 
-		BulkheadSize: 4, // article: 4 concurrent calls
-		// Healthy calls take ~200 ms, so at 20 req/s the 4 slots are just
-		// full (Little's law: 20/s × 0.2 s = 4) and bursts must queue a
-		// little. 50 ms absorbs such a burst; waiting longer only delays the
-		// fallback when slots are held by hung calls, which keep them for
-		// the whole 500 ms attempt timeout.
-		BulkheadWait: 50 * time.Millisecond,
+		Limit: LimitAdaptive, // DESIGN.md: adaptive by default
+		// Half a healthy call (~200 ms). Until the first call of a fresh
+		// process completes, no limit has evidence that the provider can
+		// take more than its initial 4: at 40 req/s those are taken by
+		// 75 ms and the orders due from 100 ms on must wait for the first
+		// completion, at ~200 ms, and the slots it adds. With 50 ms, the
+		// article's demo value, 3 of 240 orders are deferred in that cold
+		// start (TestAdaptiveLimitColdStartAt40PerSecond), with 100 ms none
+		// there and 1 of 240 in the experiment's healthy 40 req/s run (239 ×
+		// 201; the static 4 slots: 122 × 201). Waiting longer only delays
+		// the fallback while hung calls hold the slots, until the breaker
+		// opens.
+		BulkheadWait: 100 * time.Millisecond,
+		BulkheadSize: 4, // article: 4 concurrent calls (the static limit)
+
+		// DESIGN.md: the adaptive limit starts where the article's bulkhead
+		// sits, 4, which is right at 20 req/s and grows within a few round
+		// trips when the load needs more (4 → 12 within the first second of
+		// the healthy 40 req/s run).
+		LimitInitial: 4,
+		// The floor is what a congested provider still gets from this
+		// process: the calls a half-open breaker's probes can make into a
+		// provider that still hangs, each held for the whole hang (the
+		// simulator, like a real provider, keeps working on calls whose
+		// client gave up). One is the least. The price is a slower
+		// recovery: the breaker's 3 probes go one at a time at first, so in
+		// the 20 req/s outage run 13–14 orders due after the outage got 202
+		// (9 with a floor of 3, in the one run we could measure; 6 with the
+		// static 4 slots) — all of them paid by the worker within seconds.
+		LimitMin: 1,
+		// The ramp's peak, 80 req/s × 0.2 s = 16 calls in flight, plus a
+		// quarter for jitter: in the experiment's ramp the limit rose from
+		// 4 to 17 and every one of the 900 orders was answered 201 (the
+		// static 4 slots: 385). It is also the HTTP client's connection cap
+		// (MaxConcurrency), so it bounds what one process can ever pile on
+		// the provider.
+		LimitMax: 20,
+		// Halve per congested call, TCP's multiplicative decrease (RFC
+		// 5681), the low end of the [0.5, 1) Netflix's AIMDLimit accepts
+		// (its default is 0.9). Each hung call reports once, at the slow
+		// threshold, so a hang halves the limit once per call it holds:
+		// in the 20 req/s outage run it fell 6 → 3 → 1 within 50 ms, 0.45 s
+		// into the hang, while its 6 hung calls were still in flight (with
+		// 0.9: 5 slow calls, 6 → 5 → 4 → 3 → 2 → 1; from the ramp's 17, 12
+		// instead of 4). A provider slowed by its own queue needs its load
+		// cut decisively, which is why TCP halves. A lone slow outlier costs
+		// one halving, regained one slot per healthy call while the load
+		// presses on the limit.
+		LimitBackoff: 0.5,
 	}
 }
 
@@ -151,8 +256,14 @@ func (c Config) Validate() error {
 	check(c.OpenJitter >= 0, "OpenJitter %v must not be negative", c.OpenJitter)
 	check(c.HalfOpenProbes >= 1 && c.HalfOpenProbes <= math.MaxUint32,
 		"HalfOpenProbes %d must be at least 1", c.HalfOpenProbes)
+	check(int(c.Limit) < len(limitNames), "Limit %d is not a limit kind", c.Limit)
 	check(c.BulkheadSize >= 1, "BulkheadSize %d must be at least 1", c.BulkheadSize)
 	check(c.BulkheadWait >= 0, "BulkheadWait %v must not be negative", c.BulkheadWait)
+	check(c.LimitMin >= 1, "LimitMin %d must be at least 1", c.LimitMin)
+	check(c.LimitMax >= c.LimitMin, "LimitMax %d must not be below LimitMin %d", c.LimitMax, c.LimitMin)
+	check(c.LimitInitial >= c.LimitMin && c.LimitInitial <= c.LimitMax,
+		"LimitInitial %d must be between LimitMin %d and LimitMax %d", c.LimitInitial, c.LimitMin, c.LimitMax)
+	check(c.LimitBackoff >= 0.5 && c.LimitBackoff < 1, "LimitBackoff %v must be in [0.5, 1)", c.LimitBackoff)
 	return errors.Join(errs...)
 }
 

@@ -54,6 +54,14 @@ func TestConfigValidate(t *testing.T) {
 		{"no probes", func(c *Config) { c.HalfOpenProbes = 0 }, "HalfOpenProbes"},
 		{"no bulkhead slots", func(c *Config) { c.BulkheadSize = 0 }, "BulkheadSize"},
 		{"negative bulkhead wait", func(c *Config) { c.BulkheadWait = -time.Second }, "BulkheadWait"},
+		{"unknown limit kind", func(c *Config) { c.Limit = 9 }, "Limit 9"},
+		{"zero limit floor", func(c *Config) { c.LimitMin, c.LimitInitial = 0, 0 }, "LimitMin"},
+		{"limit max below min", func(c *Config) { c.LimitMin, c.LimitMax = 5, 4 }, "LimitMax"},
+		{"initial limit above max", func(c *Config) { c.LimitInitial = 21 }, "LimitInitial"},
+		{"initial limit below min", func(c *Config) { c.LimitMin = 5 }, "LimitInitial"},
+		{"backoff of 1 never shrinks", func(c *Config) { c.LimitBackoff = 1 }, "LimitBackoff"},
+		{"backoff below a half", func(c *Config) { c.LimitBackoff = 0.25 }, "LimitBackoff"},
+		{"fixed adaptive limit", func(c *Config) { c.LimitMin, c.LimitInitial, c.LimitMax = 3, 3, 3 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +92,51 @@ func TestPoolConfigValidate(t *testing.T) {
 	for _, cfg := range []PoolConfig{DefaultAPIPool(), DefaultHealthPool(), {Size: 1}} {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("%+v.Validate() = %v, want nil", cfg, err)
+		}
+	}
+}
+
+func TestParseLimitKind(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    LimitKind
+		wantErr bool
+	}{
+		{"", LimitAdaptive, false},
+		{"adaptive", LimitAdaptive, false},
+		{"static", LimitStatic, false},
+		{"Static", 0, true},
+		{"aimd", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseLimitKind(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseLimitKind(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil && tt.in != "" && got.String() != tt.in {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), tt.in)
+		}
+	}
+}
+
+func TestMaxConcurrency(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want int
+	}{
+		{"adaptive: its maximum", func(*Config) {}, 20},
+		{"static: the bulkhead", func(c *Config) { c.Limit = LimitStatic }, 4},
+		{"mode timeout: unbounded", func(c *Config) { c.Mode = ModeTimeout }, 0},
+		{"mode none: unbounded", func(c *Config) { c.Mode = ModeNone }, 0},
+	}
+	for _, tt := range tests {
+		cfg := DefaultConfig()
+		tt.edit(&cfg)
+		if got := cfg.MaxConcurrency(); got != tt.want {
+			t.Errorf("%s: MaxConcurrency() = %d, want %d", tt.name, got, tt.want)
 		}
 	}
 }

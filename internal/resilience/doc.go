@@ -5,12 +5,13 @@
 // a [Policy] named after that dependency. [Do] runs the call through the
 // layers DESIGN.md fixes, outermost first:
 //
-//	retry → circuit breaker → bulkhead → per-attempt timeout → call
+//	retry → circuit breaker → concurrency limit → per-attempt timeout → call
 //
 // and the caller, which owns the fallback, turns the typed result into a
 // decision: [ErrOpen] and [ErrTooManyRequests] mean the breaker refused the
 // call ([Policy.RetryAfter] says when it will next let a probe through),
-// [ErrBulkheadFull] means too many calls were already in flight, [ErrTimeout]
+// [ErrBulkheadFull] means the concurrency limit stayed reached for the whole
+// bounded wait, [ErrTimeout]
 // means an attempt ran out of time; any other error is the call's own, still
 // reachable with errors.Is and errors.As.
 //
@@ -20,6 +21,15 @@
 // call as a failure the moment it runs past the slow threshold, while it is
 // still in flight (gobreaker issue #91), so hung calls trip the breaker
 // before they time out instead of piling up.
+//
+// The concurrency limit is adaptive by default ([LimitAdaptive]): AIMD
+// between [Config.LimitMin] and [Config.LimitMax], growing while healthy
+// calls press on it and halving on each congested one. It hears the same
+// slow-call signal as the breaker, the moment a call passes the threshold,
+// so a hung dependency shrinks it before any call completes. [LimitStatic]
+// is the fixed bulkhead of [Config.BulkheadSize] slots.
+// [Config.MaxConcurrency] is the most calls either ever admits, which an
+// HTTP client's connection cap should follow.
 //
 // [Pool] is the same bounded-concurrency idea at the HTTP edge: business
 // routes share one pool and /health gets its own, so a saturated API cannot

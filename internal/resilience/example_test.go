@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,7 +85,7 @@ func ExampleDo_fallback() {
 			fmt.Printf("%v\n  breaker %v: accept the order, charge it in %v\n",
 				err, payment.State(), payment.RetryAfter().Round(time.Second))
 		case errors.Is(err, resilience.ErrBulkheadFull), errors.Is(err, resilience.ErrTimeout):
-			fmt.Println("provider busy or slow: accept the order, charge it later")
+			fmt.Println("concurrency limit reached or provider slow: accept the order, charge it later")
 		default:
 			fmt.Println("provider failed:", err)
 		}
@@ -111,6 +112,56 @@ func ExampleDo_decline() {
 	var d *declinedError
 	fmt.Println(errors.As(err, &d), d.reason, attempts, payment.State())
 	// Output: true insufficient funds 1 closed
+}
+
+// The adaptive limit, the default, grows while healthy calls press on it
+// and halves the moment a call runs past the slow threshold, while that
+// call is still in flight: a hung provider shrinks it before any call to it
+// has returned.
+func ExamplePolicy_Limit() {
+	cfg := resilience.DefaultConfig() // adaptive: starts at 4, moves between 1 and 20
+	cfg.MaxAttempts = 1
+	cfg.SlowCallThreshold = 20 * time.Millisecond // instead of 400 ms, for the example
+	payment, err := resilience.New("payment", cfg, resilience.Options{Classify: classify})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	fmt.Println("initial limit:", payment.Limit())
+
+	// Four charges at once take every slot; the first to complete, healthy
+	// and with the limit full, adds one.
+	var started, done sync.WaitGroup
+	release := make(chan struct{})
+	for range 4 {
+		started.Add(1)
+		done.Go(func() {
+			_, _ = resilience.Do(ctx, payment, func(context.Context) (string, error) {
+				started.Done()
+				<-release
+				return "ch_1", nil
+			})
+		})
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
+	fmt.Println("after healthy calls that found it full:", payment.Limit())
+
+	// The provider hangs: 20 ms into the call, the limit halves.
+	_, err = resilience.Do(ctx, payment, func(ctx context.Context) (string, error) {
+		for payment.Limit() == 5 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("while the slow call is still in flight:", payment.Limit())
+		return "ch_2", nil
+	})
+	fmt.Println("after it returned:", payment.Limit(), err)
+	// Output:
+	// initial limit: 4
+	// after healthy calls that found it full: 5
+	// while the slow call is still in flight: 2
+	// after it returned: 2 <nil>
 }
 
 // Serve business routes and /health from separate pools, so a saturated API

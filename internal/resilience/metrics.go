@@ -14,8 +14,10 @@ type Metrics struct {
 	breakerState       *prometheus.GaugeVec
 	breakerTransitions *prometheus.CounterVec
 	calls              *prometheus.CounterVec
+	limit              *prometheus.GaugeVec
 	bulkheadInUse      *prometheus.GaugeVec
 	bulkheadRejected   *prometheus.CounterVec
+	rejected           *prometheus.CounterVec
 	retryAttempts      *prometheus.CounterVec
 	retryBackoff       *prometheus.HistogramVec
 	poolInUse          *prometheus.GaugeVec
@@ -29,6 +31,13 @@ const (
 	outcomeSlow     = "slow"     // ran past the slow threshold (counted then, once)
 	outcomeRejected = "rejected" // refused by the breaker or the bulkhead: never made
 	outcomeExcluded = "excluded" // a final answer (a decline) or the caller gave up
+)
+
+// Who refused a call, the values of resilience_rejected_total's reason label.
+const (
+	reasonOpen     = "breaker_open"      // ErrOpen
+	reasonHalfOpen = "breaker_half_open" // ErrTooManyRequests
+	reasonLimit    = "limit"             // ErrBulkheadFull
 )
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg
@@ -47,14 +56,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "resilience_calls_total",
 			Help: "Attempts by outcome: success, failure, slow (counted at the threshold), rejected (breaker or bulkhead), excluded (final answers, caller gave up).",
 		}, []string{"name", "outcome"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "resilience_concurrency_limit",
+			Help: "Calls the concurrency limit lets run at once: the adaptive limit's current value, or the static bulkhead's size.",
+		}, []string{"name"}),
 		bulkheadInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "resilience_bulkhead_in_use",
-			Help: "Bulkhead slots held by calls in flight.",
+			Help: "Calls in flight, each holding a slot of the concurrency limit (adaptive or static).",
 		}, []string{"name"}),
 		bulkheadRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "resilience_bulkhead_rejected_total",
-			Help: "Calls rejected because the bulkhead stayed full for its whole wait.",
+			Help: "Calls rejected because the concurrency limit stayed reached for its whole wait (resilience_rejected_total{reason=\"limit\"}).",
 		}, []string{"name"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "resilience_rejected_total",
+			Help: "Calls refused without being made, by reason: breaker_open, breaker_half_open (probes in flight), limit (the concurrency limit stayed reached for its whole wait).",
+		}, []string{"name", "reason"}),
 		retryAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "resilience_retry_attempts_total",
 			Help: "Retries, that is attempts after the first.",
@@ -78,8 +95,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.breakerTransitions, m.calls, m.bulkheadInUse, m.bulkheadRejected,
-		m.retryAttempts, m.retryBackoff, m.poolInUse, m.poolRejected,
+		m.breakerState, m.breakerTransitions, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
+		m.rejected, m.retryAttempts, m.retryBackoff, m.poolInUse, m.poolRejected,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -93,14 +110,31 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // up once so the hot path pays an atomic add, not a label hash.
 type callCounters struct {
 	success, failure, slow, rejected, excluded prometheus.Counter
+	// rejectedOpen and rejectedHalfOpen split rejected by reason; the
+	// limit's rejections are counted by the limiter.
+	rejectedOpen, rejectedHalfOpen prometheus.Counter
 }
 
 func (m *Metrics) callCounters(name string) callCounters {
 	return callCounters{
-		success:  m.calls.WithLabelValues(name, outcomeSuccess),
-		failure:  m.calls.WithLabelValues(name, outcomeFailure),
-		slow:     m.calls.WithLabelValues(name, outcomeSlow),
-		rejected: m.calls.WithLabelValues(name, outcomeRejected),
-		excluded: m.calls.WithLabelValues(name, outcomeExcluded),
+		success:          m.calls.WithLabelValues(name, outcomeSuccess),
+		failure:          m.calls.WithLabelValues(name, outcomeFailure),
+		slow:             m.calls.WithLabelValues(name, outcomeSlow),
+		rejected:         m.calls.WithLabelValues(name, outcomeRejected),
+		excluded:         m.calls.WithLabelValues(name, outcomeExcluded),
+		rejectedOpen:     m.rejected.WithLabelValues(name, reasonOpen),
+		rejectedHalfOpen: m.rejected.WithLabelValues(name, reasonHalfOpen),
+	}
+}
+
+// limiterMetrics looks up one policy's children of the limit's collectors.
+func (m *Metrics) limiterMetrics(name string) limiterMetrics {
+	return limiterMetrics{
+		limit: m.limit.WithLabelValues(name),
+		inUse: m.bulkheadInUse.WithLabelValues(name),
+		rejected: []prometheus.Counter{
+			m.bulkheadRejected.WithLabelValues(name),
+			m.rejected.WithLabelValues(name, reasonLimit),
+		},
 	}
 }

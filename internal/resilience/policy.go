@@ -55,8 +55,8 @@ type Policy struct {
 	classify func(error) Class
 	rnd      func(int64) int64
 	log      *slog.Logger
-	breaker  *breaker  // nil unless ModeProtected
-	bulkhead *bulkhead // nil unless ModeProtected
+	breaker  *breaker // nil unless ModeProtected
+	limit    *limiter // nil unless ModeProtected
 	retries  prometheus.Counter
 	backoffs prometheus.Observer
 }
@@ -91,8 +91,13 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 	}
 	if cfg.Mode == ModeProtected {
 		p.breaker = newBreaker(name, cfg, m, p.log, p.rnd)
-		p.bulkhead = newBulkhead(cfg.BulkheadSize, cfg.BulkheadWait,
-			m.bulkheadInUse.WithLabelValues(name), m.bulkheadRejected.WithLabelValues(name))
+		lm := m.limiterMetrics(name)
+		if cfg.Limit == LimitStatic {
+			p.limit = newStaticLimiter(cfg.BulkheadSize, cfg.BulkheadWait, lm)
+		} else {
+			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
+		}
+		p.breaker.limit = p.limit
 	}
 	return p, nil
 }
@@ -111,6 +116,18 @@ func (p *Policy) State() State {
 	return p.breaker.state()
 }
 
+// Limit returns how many calls the concurrency limit lets run at once right
+// now: the adaptive limit's current value, or the static bulkhead's size;
+// 0 outside ModeProtected. The resilience_concurrency_limit gauge reports
+// it too.
+func (p *Policy) Limit() int {
+	if p.limit == nil {
+		return 0
+	}
+	limit, _ := p.limit.current()
+	return limit
+}
+
 // RetryAfter returns how long until the breaker lets a probe through: what
 // is left of its open state, 0 when it is not open. Callers use it for the
 // HTTP Retry-After header and to schedule or snooze background retries so
@@ -123,7 +140,8 @@ func (p *Policy) RetryAfter() time.Duration {
 }
 
 // Do calls fn through p's layers, outermost first: retry, circuit breaker,
-// bulkhead, per-attempt timeout. fn must honour the context it is given.
+// concurrency limit, per-attempt timeout. fn must honour the context it is
+// given.
 //
 // It returns fn's result, or an error the caller can turn into a fallback
 // decision with errors.Is: ErrOpen or ErrTooManyRequests (the breaker
@@ -151,6 +169,9 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		if err == nil {
 			return v, nil
 		}
+		if refused(err) {
+			traceRejected(ctx, p, n, err)
+		}
 		if prev != nil && refused(err) {
 			// Keep the failure that made us retry; the refusal is what
 			// the caller's fallback decides on.
@@ -165,6 +186,7 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		}
 		p.retries.Inc()
 		p.backoffs.Observe(delay.Seconds())
+		traceRetry(ctx, p, n, delay, err)
 		p.log.LogAttrs(ctx, slog.LevelInfo, "retrying call",
 			slog.String("name", p.name), slog.Int("attempt", n+1),
 			slog.Duration("backoff", delay), slog.String("error", err.Error()))
@@ -177,25 +199,25 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 
 // refused reports whether the stack refused an attempt without making it.
 func refused(err error) bool {
-	return err == ErrOpen || err == ErrTooManyRequests || err == ErrBulkheadFull
+	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) || errors.Is(err, ErrBulkheadFull)
 }
 
-// attempt makes one attempt through the breaker, the bulkhead and the
-// per-attempt timeout, and reports whether another attempt may help.
+// attempt makes one attempt through the breaker, the concurrency limit and
+// the per-attempt timeout, and reports whether another attempt may help.
 func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (v T, retry bool, err error) {
 	c, err := p.breaker.allow()
 	if err != nil {
 		return v, false, err // the breaker's verdict: retrying would only be refused again
 	}
-	if err := p.bulkhead.acquire(ctx); err != nil {
-		// A full bulkhead or a caller that gave up while queueing says
+	if err := p.limit.acquire(ctx); err != nil {
+		// A reached limit or a caller that gave up while queueing says
 		// nothing about the dependency: excluded, and not retried, since
 		// another attempt would only add to the load that filled it.
 		counter := p.breaker.calls.rejected
-		if err != ErrBulkheadFull {
+		if !errors.Is(err, ErrBulkheadFull) {
 			counter = p.breaker.calls.excluded
 		}
-		c.finish(reportExcluded, counter)
+		c.finish(errReportExcluded, counter)
 		return v, false, err
 	}
 	c.startClock()
@@ -203,30 +225,42 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	defer func() {
 		// fn panicked (or called runtime.Goexit): free the slot and report
 		// a failure, or a half-open breaker would wait for this probe
-		// forever. The panic carries on.
+		// forever. A panic is a bug of ours, not the dependency's
+		// congestion, so the limit hears nothing. The panic carries on.
 		if !completed {
-			p.bulkhead.release()
-			c.finish(reportFailure, p.breaker.calls.failure)
+			c.finish(errReportFailure, p.breaker.calls.failure)
+			p.limit.release(noSignal)
 		}
 	}()
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 	completed = true
-	p.bulkhead.release()
 	calls := &p.breaker.calls
+	// The breaker and the limit hear the same outcome, once: a call the
+	// slow timer already reported (finish returns false) is not told again.
+	// Timeouts and transient errors are congestion; successes are health;
+	// final answers and callers that gave up are neither.
+	s := noSignal
 	switch {
 	case err == nil:
-		c.finish(nil, calls.success)
+		if c.finish(nil, calls.success) {
+			s = healthy
+		}
 	case timedOut:
-		c.finish(reportFailure, calls.failure)
+		if c.finish(errReportFailure, calls.failure) {
+			s = congested
+		}
 		retry = true
 	case ctx.Err() != nil:
-		c.finish(reportExcluded, calls.excluded) // the caller gave up, not the dependency
+		c.finish(errReportExcluded, calls.excluded) // the caller gave up, not the dependency
 	case p.classify(err) == Transient:
-		c.finish(reportFailure, calls.failure)
+		if c.finish(errReportFailure, calls.failure) {
+			s = congested
+		}
 		retry = true
 	default:
-		c.finish(reportExcluded, calls.excluded)
+		c.finish(errReportExcluded, calls.excluded)
 	}
+	p.limit.release(s)
 	return v, retry, err
 }
 

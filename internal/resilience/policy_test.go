@@ -209,7 +209,7 @@ func TestCallerCancellationIsExcluded(t *testing.T) {
 func TestBulkheadFullThroughPolicy(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.WindowSize, c.MinCalls, c.BulkheadSize = 1, 1, 1 })
+		b := setup(t, func(c *Config) { c.WindowSize, c.MinCalls, c.Limit, c.BulkheadSize = 1, 1, LimitStatic, 1 })
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { _, _ = Do(ctx, b.p, hang.call) }()
 		synctest.Wait()
@@ -220,7 +220,7 @@ func TestBulkheadFullThroughPolicy(t *testing.T) {
 		if !errors.Is(err, ErrBulkheadFull) {
 			t.Errorf("err = %v, want ErrBulkheadFull", err)
 		}
-		if got, want := time.Since(start), 50*time.Millisecond; got != want {
+		if got, want := time.Since(start), b.p.cfg.BulkheadWait; got != want {
 			t.Errorf("rejected after %v, want %v (the bulkhead wait, no retry)", got, want)
 		}
 		b.expect(t, s, 0, outcomeRejected)

@@ -112,9 +112,15 @@ func (w *ChargeWorker) NextRetry(job *river.Job[order.ChargeArgs]) time.Time {
 	return time.Now().Add(retryDelay(job.Attempt))
 }
 
-// retryCeiling is the longest wait between retries, also the pace at which
-// an unresolved order keeps asking the provider.
+// retryCeiling is the longest wait between retries.
 const retryCeiling = 10 * time.Minute
+
+// unresolvedPace is how often an order past giving up asks the provider's
+// lookup again while the lookup fails. A lookup is a read that charges
+// nothing, so once a minute is cheap, and an order then settles within a
+// minute of the provider answering again (at the retry ceiling it could
+// wait ten).
+const unresolvedPace = time.Minute
 
 func retryDelay(attempt int) time.Duration {
 	const base, ceiling = time.Second, retryCeiling
@@ -148,7 +154,7 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[order.ChargeArgs
 	w.log.ErrorContext(ctx, "order unresolved after giving up on charging it; asking the provider again later",
 		"order_id", job.Args.OrderID, "attempts", job.Attempt, "err", err)
 	w.metrics.jobs.WithLabelValues(jobUnresolved).Inc()
-	return river.JobSnooze(retryCeiling)
+	return river.JobSnooze(unresolvedPace)
 }
 
 func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs]) error {
@@ -189,7 +195,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 			outcome = jobRejected
 			w.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
 		}
-		return w.settle(ctx, job, to, outcome)
+		return w.settle(ctx, job, o, to, outcome)
 	case errors.Is(err, order.ErrRefused):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	}
@@ -216,7 +222,7 @@ func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeA
 		w.log.ErrorContext(ctx, "order failed: the provider holds no charge for it after every attempt",
 			"order_id", o.ID, "attempts", job.Attempt, "created_at", o.CreatedAt)
 	}
-	return w.settle(ctx, job, to, outcome)
+	return w.settle(ctx, job, o, to, outcome)
 }
 
 // snooze reschedules the job without using an attempt. The floor keeps a
@@ -232,9 +238,9 @@ func (w *ChargeWorker) snooze(ctx context.Context, o order.Order, wait time.Dura
 
 // settle moves the order to its final state and completes the job in one
 // transaction.
-func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], to order.Settlement, outcome string) error {
+func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], base order.Order, to order.Settlement, outcome string) error {
 	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
-		o, changed, err := order.Settle(ctx, tx, job.Args.OrderID, to)
+		o, changed, err := order.Settle(ctx, tx, base, to)
 		if err != nil {
 			return err
 		}

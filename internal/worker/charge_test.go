@@ -200,7 +200,11 @@ func TestWorkerCompletesJobOfSettledOrder(t *testing.T) {
 	b := setupWorker(t)
 	id := b.pendingOrder(t, "pm_card_visa", nil)
 	// The API settled the order before the worker got to it.
-	if _, _, err := order.Settle(context.Background(), b.db, id, order.Settlement{Status: order.StatusPaid, ChargeID: "ch_api"}); err != nil {
+	o, err := order.Get(context.Background(), b.db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := order.Settle(context.Background(), b.db, o, order.Settlement{Status: order.StatusPaid, ChargeID: "ch_api"}); err != nil {
 		t.Fatal(err)
 	}
 	b.start(t, b.payer)

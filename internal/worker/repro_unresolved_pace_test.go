@@ -1,7 +1,7 @@
 //go:build repro
 
 // A reproducer, not part of make test: go test -tags repro -run TestReproUnresolvedPace ./internal/worker/
-// It fails on today's code; see the chaos branch's report.
+// It failed on the code the chaos branch started from (a flat 10 min); main fixed it in e17a567 (1 min).
 
 package worker
 
@@ -12,8 +12,8 @@ import (
 )
 
 // TestReproUnresolvedPace: past GiveUpAfter, one failed lookup (a provider
-// 500, which does not open the breaker) parks the order's job for a flat
-// retryCeiling (10 min), whatever the provider does next. DESIGN.md: the
+// 500, which does not open the breaker) parked the order's job for a flat
+// retryCeiling (10 min) before e17a567, whatever the provider did next. DESIGN.md: the
 // provider healthy again → every pending_payment order settled within 60 s.
 // The chaos soak (make chaos, CHARGE_GIVE_UP_AFTER=3) meets such orders
 // every run; in production they are one to two hours old.

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/resilientcheckout/checkout/internal/idempotency"
@@ -43,6 +44,17 @@ type Config struct {
 	KeyRetention, PruneInterval time.Duration
 	// ShutdownTimeout bounds the soft stop: running charges may finish.
 	ShutdownTimeout time.Duration
+	// PollOnly makes River poll for new jobs and leadership instead of
+	// using LISTEN/NOTIFY, which needs a session of its own: required
+	// behind a pooler in transaction mode (PgBouncer), which hands the
+	// listening session to other clients and drops its notifications. A
+	// newly available job then waits for the next fetch (River's
+	// FetchPollInterval, 1 s).
+	PollOnly bool
+	// Plugins are River plugins for the worker's client, e.g.
+	// telemetry.RiverPlugin: its work spans link each charge to the
+	// request that deferred the order.
+	Plugins []rivertype.Plugin
 }
 
 // Worker is the River client with every job the worker runs.
@@ -77,7 +89,9 @@ func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registe
 		PeriodicJobs:         append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval)),
 		JobTimeout:           ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
+		PollOnly:             cfg.PollOnly,
 		Logger:               log,
+		Plugins:              cfg.Plugins,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

@@ -15,13 +15,16 @@ import (
 // Cut behaves like a database host that vanished from the network: open
 // connections break and new ones are accepted but never answered, so
 // clients must rely on their own timeouts, which is the harder case for
-// them than a refused connection.
+// them than a refused connection. Refuse behaves like a host whose
+// PostgreSQL is not listening (yet): connections are refused at once.
 type Proxy struct {
-	ln     net.Listener
+	t      testing.TB
+	addr   string // the proxy's own host:port, kept across Refuse
 	target string // host:port of the real server
 	url    string
 
 	mu    sync.Mutex
+	ln    net.Listener // nil while refusing
 	cut   bool
 	conns map[net.Conn]struct{} // every open client and server side
 }
@@ -38,11 +41,11 @@ func NewProxy(t testing.TB, dbURL string) *Proxy {
 	if err != nil {
 		t.Fatalf("dbtest: proxy: listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: u.Host, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{t: t, ln: ln, addr: ln.Addr().String(), target: u.Host, conns: map[net.Conn]struct{}{}}
 	proxied := *u
-	proxied.Host = ln.Addr().String()
+	proxied.Host = p.addr
 	p.url = proxied.String()
-	go p.accept()
+	go p.accept(ln)
 	t.Cleanup(p.close)
 	return p
 }
@@ -58,20 +61,45 @@ func (p *Proxy) Cut() {
 	p.closeAllLocked()
 }
 
-// Restore forwards new connections to the database again. Connections
-// accepted while cut stay dead (they are closed), as they would be after a
-// real outage.
+// Refuse stops listening, so new connections are refused, as by a server
+// that has not started yet (or a fresh PostgreSQL container whose first
+// initialisation listens on its Unix socket only), and closes the open
+// ones. Restore listens on the same port again.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	p.closeAllLocked()
+}
+
+// Restore forwards new connections to the database again, after Cut or
+// Refuse. Connections accepted while cut stay dead (they are closed), as
+// they would be after a real outage. Call it from the test's goroutine: it
+// fails the test if the port cannot be taken again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
 	p.closeAllLocked()
+	if p.ln == nil {
+		ln, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			p.t.Fatalf("dbtest: proxy: listen on %s again: %v", p.addr, err)
+		}
+		p.ln = ln
+		go p.accept(ln)
+	}
 }
 
 func (p *Proxy) close() {
-	p.ln.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+	}
 	p.closeAllLocked()
 }
 
@@ -92,9 +120,9 @@ func (p *Proxy) track(c net.Conn) (forwarding bool) {
 	return !p.cut
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	for {
-		client, err := p.ln.Accept()
+		client, err := ln.Accept()
 		if err != nil {
 			return // listener closed
 		}

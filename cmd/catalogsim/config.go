@@ -1,0 +1,34 @@
+package main
+
+import (
+	"time"
+
+	"github.com/resilientcheckout/checkout/internal/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/telemetry"
+)
+
+// config is every setting of the catalogsim binary, read from the
+// environment in one place. README.md lists each variable; keep the two in
+// sync.
+type config struct {
+	HTTPAddr        string
+	LogLevel        string
+	ShutdownTimeout time.Duration
+	Latency         time.Duration
+	Jitter          time.Duration
+	AdminToken      string
+}
+
+func loadConfig(getenv func(string) string) (config, error) {
+	env := envconfig.New(getenv)
+	cfg := config{
+		HTTPAddr:        env.Addr("HTTP_ADDR", ":8083"),
+		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		Latency:         env.Duration("CATALOGSIM_LATENCY", catalogsim.DefaultLatency, 0, time.Minute),
+		Jitter:          env.Duration("CATALOGSIM_JITTER", catalogsim.DefaultJitter, 0, time.Minute),
+		AdminToken:      env.String("CATALOGSIM_ADMIN_TOKEN", ""),
+	}
+	return cfg, env.Err()
+}

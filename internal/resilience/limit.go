@@ -1,0 +1,257 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// signal is what one call tells the limit about the dependency.
+type signal uint8
+
+const (
+	// noSignal: the call says nothing about the dependency's capacity (a
+	// final answer such as a decline, or the caller gave up), or it has
+	// already said it (reported slow while still in flight).
+	noSignal signal = iota
+	// healthy: the call succeeded within the slow threshold.
+	healthy
+	// congested: the call ran past the slow threshold, timed out or failed
+	// with a transient error. For a congestion-control algorithm this is a
+	// drop.
+	congested
+)
+
+// limiter bounds the calls in flight to one dependency. Its limit is either
+// fixed (the static bulkhead, min = max) or adapts between min and max with
+// additive increase, multiplicative decrease (AIMD).
+//
+// # Why AIMD
+//
+// The published adaptive limits divide into delay-based ones — Vegas and
+// Gradient2 in Netflix's concurrency-limits, failsafe-go's adaptivelimiter,
+// which estimate queueing from completed calls' latency against a baseline
+// — and loss-based ones, AIMD, which react to drops. The delay-based ones
+// learn only from calls that complete: failsafe-go recomputes its limit at
+// most once a second and only after 50 samples (its defaults), Gradient2
+// and Vegas per completed sample or sample window, and failsafe-go leaves
+// timed-out calls out of its samples altogether (Permit.Drop). A hung dependency completes nothing until the attempt
+// timeout, so all of them go on admitting calls into it for at least that
+// long. This stack already has a better drop signal than latency
+// statistics: the breaker's slow-call timer fires the moment a call has
+// been in flight past the slow threshold. AIMD consumes exactly such a
+// binary signal, one per call, and reacts to it at once; Netflix's
+// AIMDLimit also counts a call slower than its timeout as a drop, but
+// only when it completes. AIMD is also the simplest to read and test.
+//
+// # The rules
+//
+//   - A healthy call (succeeded within the slow threshold) adds one to the
+//     limit, up to max, if the limit was what held the load back: every slot
+//     was taken when it completed, or a caller has found the limit reached
+//     since the last increase. An idle dependency proves nothing about its
+//     capacity, so the limit does not grow when the load does not press on
+//     it (Netflix's AIMDLimit and Gradient2 skip "app-limited" samples for
+//     the same reason). One per healthy call doubles the limit per round
+//     trip while demand exceeds it, like TCP's slow start, so a limit that
+//     starts at 4 reaches rate × latency within a few hundred milliseconds.
+//     The limit keeps what it reached while the dependency stays healthy;
+//     only congestion lowers it.
+//   - A congested call — one that ran past the slow threshold, timed out,
+//     or failed with a transient error (a 5xx, a 429, a refused
+//     connection: the provider in trouble, the breaker's failures) —
+//     multiplies the limit by backoff (at least min), the moment it is
+//     known: a call still in flight past the slow threshold counts right
+//     then, reported by the breaker's slow-call timer, and only once. A
+//     hung dependency therefore shrinks the limit below the calls it is
+//     holding before any of them completes or times out, and the slots
+//     those calls free when they time out are not handed to new calls.
+//   - Declines and other final answers, callers that gave up, and calls the
+//     breaker or the limit refused say nothing about capacity and leave the
+//     limit alone.
+//
+// Waiters are served in FIFO order: a slot freed by a completing call, or
+// added by an increase, goes to the caller that has waited longest.
+type limiter struct {
+	adaptive bool
+	min, max int
+	backoff  float64
+	wait     time.Duration
+
+	mu       sync.Mutex
+	limit    int
+	inFlight int
+	// starved records that a caller found the limit reached since the
+	// limit last grew: demand the in-flight count alone does not show
+	// once that caller has given up.
+	starved bool
+	waiters []*waiter
+
+	limitGauge prometheus.Gauge
+	inUse      prometheus.Gauge
+	rejected   []prometheus.Counter // ErrBulkheadFull, counted on each
+}
+
+// waiter is one caller queued for a slot. grant closes ready with granted
+// set, under the limiter's lock, after counting the slot as taken.
+type waiter struct {
+	ready   chan struct{}
+	granted bool
+}
+
+// limiterMetrics are one policy's children of the limit's collectors.
+type limiterMetrics struct {
+	limit    prometheus.Gauge
+	inUse    prometheus.Gauge
+	rejected []prometheus.Counter
+}
+
+// newStaticLimiter is today's fixed bulkhead: size slots, never moved.
+func newStaticLimiter(size int, wait time.Duration, m limiterMetrics) *limiter {
+	return newLimiter(false, size, size, size, 1, wait, m)
+}
+
+// newAdaptiveLimiter starts at initial and moves between minLimit and
+// maxLimit by the rules above.
+func newAdaptiveLimiter(initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
+	return newLimiter(true, initial, minLimit, maxLimit, backoff, wait, m)
+}
+
+func newLimiter(adaptive bool, initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
+	l := &limiter{
+		adaptive: adaptive, min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
+		limit: initial, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
+	}
+	l.limitGauge.Set(float64(initial))
+	return l
+}
+
+// acquire takes a slot, waiting at most l.wait and never past ctx. It
+// returns ErrBulkheadFull when the wait runs out, or ctx's error when the
+// caller gives up first; neither says anything about the dependency.
+func (l *limiter) acquire(ctx context.Context) error {
+	l.mu.Lock()
+	if l.inFlight < l.limit && len(l.waiters) == 0 {
+		l.inFlight++
+		l.inUse.Set(float64(l.inFlight))
+		l.mu.Unlock()
+		return nil
+	}
+	l.starved = true
+	if l.wait <= 0 {
+		l.mu.Unlock()
+		return l.reject()
+	}
+	w := &waiter{ready: make(chan struct{})}
+	l.waiters = append(l.waiters, w)
+	l.mu.Unlock()
+
+	t := time.NewTimer(l.wait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return nil // grant counted the slot
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrBulkheadFull
+	}
+	l.mu.Lock()
+	if w.granted {
+		// A slot was granted while the wait ended. A caller still
+		// waiting takes it; one that gave up hands it on.
+		if errors.Is(err, ErrBulkheadFull) {
+			l.mu.Unlock()
+			return nil
+		}
+		l.inFlight--
+		l.grant()
+		l.inUse.Set(float64(l.inFlight))
+		l.mu.Unlock()
+		return err
+	}
+	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
+	l.mu.Unlock()
+	if errors.Is(err, ErrBulkheadFull) {
+		return l.reject()
+	}
+	return err
+}
+
+func (l *limiter) reject() error {
+	for _, c := range l.rejected {
+		c.Inc()
+	}
+	return ErrBulkheadFull
+}
+
+// grant hands free slots to waiters, oldest first. Call it with l.mu held;
+// the caller updates the in-use gauge.
+func (l *limiter) grant() {
+	for len(l.waiters) > 0 && l.inFlight < l.limit {
+		w := l.waiters[0]
+		l.waiters = slices.Delete(l.waiters, 0, 1)
+		l.inFlight++
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// release frees the slot of a call that has returned, after applying what
+// the call said about the dependency (noSignal if it was already reported
+// while in flight).
+func (l *limiter) release(s signal) {
+	l.mu.Lock()
+	if l.adapt(s) {
+		l.limitGauge.Set(float64(l.limit))
+	}
+	l.inFlight--
+	l.grant()
+	l.inUse.Set(float64(l.inFlight))
+	l.mu.Unlock()
+}
+
+// congested applies a congestion signal from a call still in flight: the
+// breaker's slow-call timer calls it the moment the call passes the slow
+// threshold.
+func (l *limiter) congested() {
+	if !l.adaptive {
+		return
+	}
+	l.mu.Lock()
+	if l.adapt(congested) {
+		l.limitGauge.Set(float64(l.limit))
+	}
+	l.mu.Unlock()
+}
+
+// adapt moves the limit for signal s and reports whether it changed. Call
+// it with l.mu held, the signalling call still counted in flight.
+func (l *limiter) adapt(s signal) bool {
+	if !l.adaptive {
+		return false
+	}
+	old := l.limit
+	switch s {
+	case healthy:
+		if l.limit < l.max && (l.starved || l.inFlight+len(l.waiters) >= l.limit) {
+			l.limit++
+			l.starved = false
+		}
+	case congested:
+		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
+	}
+	return l.limit != old
+}
+
+// current returns the limit and the calls in flight, for tests.
+func (l *limiter) current() (limit, inFlight int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit, l.inFlight
+}

@@ -1,0 +1,155 @@
+package throughput
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is one binary of the stack under test, started with exactly the
+// environment it is given (plus PATH), its output in a log file.
+type process struct {
+	name    string
+	url     string // http://127.0.0.1:<port>
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// startProcess runs path args… listening on a free loopback port (passed as
+// HTTP_ADDR) and waits until it answers GET /health with 200.
+func startProcess(ctx context.Context, name, path string, args []string, env []string, logPath string) (*process, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child holds its own descriptor
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(path, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HTTP_ADDR=" + addr}, env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, url: "http://" + addr, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.err = cmd.Wait()
+	}()
+	if err := p.awaitHealthy(ctx, 30*time.Second); err != nil {
+		_ = p.stop(5 * time.Second)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) awaitHealthy(ctx context.Context, within time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/health", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was healthy (%w)%s", p.name, p.err, p.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // polling another process
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: /health not OK within %s (last: %w)%s", p.name, within, err, p.logTail())
+		}
+	}
+}
+
+// stop sends SIGTERM, as an orchestrator would, and waits for a clean exit;
+// after grace it kills the process.
+func (p *process) stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return p.exitError()
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.exitError()
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed%s", p.name, grace, p.logTail())
+	}
+}
+
+func (p *process) exitError() error {
+	if p.err != nil {
+		return fmt.Errorf("%s exited: %w%s", p.name, p.err, p.logTail())
+	}
+	return nil
+}
+
+// exited reports an error if the process is no longer running.
+func (p *process) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited during the run (%w)%s", p.name, p.err, p.logTail())
+	default:
+		return nil
+	}
+}
+
+// logTail is the end of the process's log, for error messages.
+func (p *process) logTail() string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	const max = 2000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return "\n--- end of " + p.logPath + " ---\n" + strings.TrimSpace(string(b))
+}
+
+// stopAll stops processes in reverse start order and joins their errors.
+func stopAll(ps []*process) error {
+	var errs []error
+	for i := len(ps) - 1; i >= 0; i-- {
+		errs = append(errs, ps[i].stop(20*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+// freePort asks the kernel for a free loopback port. The port is released
+// before the process binds it; on a loopback interface nothing else takes it
+// in between in practice, and a process that fails to bind exits, which
+// startProcess reports.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
