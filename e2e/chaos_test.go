@@ -56,7 +56,7 @@ var soakWorkerEnv = map[string]string{
 // binaries — paymentsim, checkout and two workers — on a PostgreSQL cluster
 // of the test's own, checkout and the workers reaching it through a TCP
 // proxy the soak can cut. Open-loop orders (new, declined, replayed, a key
-// reused with another body) run while the seeded plan injects provider
+// reused with another body, a key left unanswered retried) run while the seeded plan injects provider
 // faults through the simulator's admin API, kills checkout and workers
 // (SIGKILL), stops a worker (SIGTERM), crashes Postgres and cuts the
 // database connection, one or two at a time. Then everything is healed, the
@@ -70,7 +70,7 @@ func TestChaos(t *testing.T) {
 	s.logf("seed %d, %v of faults at %.0f orders/s: %d events planned", *chaosSeed, *chaosDuration, *chaosRate, len(plan))
 
 	load := chaos.NewLoad(chaos.LoadConfig{
-		Seed: *chaosSeed, Rate: *chaosRate, Replays: 0.10, Mismatches: 0.02, Declines: 0.10,
+		Seed: *chaosSeed, Rate: *chaosRate, Replays: 0.10, Mismatches: 0.02, Retries: 0.05, Declines: 0.10,
 		Timeout: 10 * time.Second, MaxInFlight: 512,
 	}, s.checkoutURL, func() int { return int(s.crashes.Load()) })
 	ctx, stopLoad := context.WithCancel(context.Background())

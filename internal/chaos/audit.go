@@ -47,6 +47,8 @@ type Report struct {
 	ReplaysRecomputed  int // across a Postgres crash: same status and order, other bytes
 	ReplaysUnavailable int // no answer or 503: nothing to judge
 	Mismatches422      int
+	RetriesAnswered    int // retries of an unanswered key that got 201, 202 or 402
+	RetriesUnanswered  int // 409 (still in progress), 503 or no answer again
 
 	Violations []string
 }
@@ -95,8 +97,10 @@ func Audit(ev Evidence) Report {
 				r.violate("exchange %d: key %s reused with another body answered %d, want 422: %s", x.Seq, x.Key, x.Status, x.Answer)
 			}
 			continue
+		case RequestRetry:
+			r.auditRetry(x, bySeq[x.Of], ev.Orders)
 		default:
-			r.auditFirst(x, ev.Orders)
+			r.auditFirst(x, x.Kind == RequestDecline, ev.Orders)
 		}
 		if !x.Acknowledged() || x.OrderID == "" {
 			continue
@@ -116,18 +120,41 @@ func Audit(ev Evidence) Report {
 	return r
 }
 
+// auditRetry checks a client's retry of a key whose first request got no
+// answer or a 503: it may resume the order, replay the answer a request
+// that outlived its client stored, still find the key in progress (409), or
+// meet the outage again.
+func (r *Report) auditRetry(x, first Exchange, orders map[string]Order) {
+	switch x.Status {
+	case 0, http.StatusServiceUnavailable, http.StatusConflict:
+		r.RetriesUnanswered++
+		return
+	}
+	if x.Acknowledged() {
+		r.RetriesAnswered++
+	}
+	r.answered(x, first.Kind == RequestDecline, orders)
+}
+
 // auditFirst checks the answer to a new key against the order it names.
-func (r *Report) auditFirst(x Exchange, orders map[string]Order) {
+func (r *Report) auditFirst(x Exchange, decline bool, orders map[string]Order) {
+	if x.Replayed {
+		r.violate("exchange %d: the first request for key %s was answered as a replay", x.Seq, x.Key)
+	}
+	if x.Status == 0 || x.Status == http.StatusServiceUnavailable {
+		return // nothing promised: an order it may have left is audited with the rest
+	}
+	r.answered(x, decline, orders)
+}
+
+// answered checks an answer to a request for a key against the order it
+// names; decline says whether the body's card always declines.
+func (r *Report) answered(x Exchange, decline bool, orders map[string]Order) {
 	switch x.Status {
 	case http.StatusCreated, http.StatusAccepted, http.StatusPaymentRequired:
-	case 0, http.StatusServiceUnavailable:
-		return // nothing promised: an order it may have left is audited with the rest
 	default:
 		r.violate("exchange %d (%s, key %s): unexpected status %d: %s", x.Seq, x.Kind, x.Key, x.Status, x.Answer)
 		return
-	}
-	if x.Replayed {
-		r.violate("exchange %d: the first request for key %s was answered as a replay", x.Seq, x.Key)
 	}
 	if x.OrderID == "" {
 		r.violate("exchange %d: %d answer names no order: %s", x.Seq, x.Status, x.Answer)
@@ -145,7 +172,7 @@ func (r *Report) auditFirst(x Exchange, orders map[string]Order) {
 	_ = json.Unmarshal(x.Answer, &answered)
 	switch x.Status {
 	case http.StatusCreated:
-		if x.Kind == RequestDecline {
+		if decline {
 			r.violate("order %s: a declining card was answered 201", o.ID)
 		}
 		if answered.Status != "paid" || o.Status != "paid" || answered.ChargeID != o.ChargeID {
@@ -156,7 +183,7 @@ func (r *Report) auditFirst(x Exchange, orders map[string]Order) {
 			r.violate("order %s: answered 202 with status %q, want pending_payment", o.ID, answered.Status)
 		}
 	case http.StatusPaymentRequired:
-		if x.Kind != RequestDecline || o.Status != "payment_failed" || o.FailureReason != "card_declined" {
+		if !decline || o.Status != "payment_failed" || o.FailureReason != "card_declined" {
 			r.violate("order %s (%s): answered 402, stored %s (%s)", o.ID, x.Kind, o.Status, o.FailureReason)
 		}
 	}
@@ -260,6 +287,8 @@ func (r Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "provider: %d successful charges\n", r.ProviderCharges)
 	fmt.Fprintf(w, "replays:  %d byte-identical (%d of them across a Postgres crash), %d recomputed across a crash, %d unanswered (503 or no answer); %d reused keys refused 422\n",
 		r.ReplaysConsistent, r.ReplaysSpanCrash, r.ReplaysRecomputed, r.ReplaysUnavailable, r.Mismatches422)
+	fmt.Fprintf(w, "retries:  %d of a key left unanswered got their order's answer, %d found it in progress (409) or got none again\n",
+		r.RetriesAnswered, r.RetriesUnanswered)
 	if r.OK() {
 		fmt.Fprintln(w, "audit:    no violation")
 		return

@@ -20,13 +20,14 @@ const (
 	RequestDecline  = "decline"  // a unique key, pm_card_chargeDeclined
 	RequestReplay   = "replay"   // the key and body of an acknowledged request, sent again
 	RequestMismatch = "mismatch" // the key of an acknowledged request with another body: 422
+	RequestRetry    = "retry"    // the key and body of a request that got no answer or a 503, sent again
 )
 
 // Exchange is one POST /orders and what came back.
 type Exchange struct {
 	Seq  int
 	Kind string
-	// Of is the Seq of the acknowledged exchange a replay or mismatch repeats.
+	// Of is the Seq of the exchange a replay, mismatch or retry repeats.
 	Of   int
 	Key  string
 	Body []byte
@@ -56,9 +57,9 @@ func (x Exchange) Acknowledged() bool {
 type LoadConfig struct {
 	Seed uint64
 	Rate float64 // requests per second, open loop
-	// Shares of replays, mismatches and declines among requests, 0 to 1; the
-	// rest are new orders that pay.
-	Replays, Mismatches, Declines float64
+	// Shares of replays, mismatches, retries and declines among requests, 0
+	// to 1; the rest are new orders that pay.
+	Replays, Mismatches, Retries, Declines float64
 	// Timeout is the client's patience; longer than checkout's longest
 	// request (7 s by default), so nearly every request gets its answer.
 	Timeout time.Duration
@@ -77,7 +78,8 @@ type Load struct {
 
 	mu        sync.Mutex
 	exchanges []Exchange
-	acked     []int // Seqs of acknowledged new and decline exchanges, replay candidates
+	acked     []int // Seqs of acknowledged first answers, replay candidates
+	unsure    []int // Seqs of new and decline exchanges without an answer or with a 503, retry candidates
 	skipped   atomic.Int64
 }
 
@@ -133,6 +135,13 @@ func (l *Load) next(rng *rand.Rand, seq int) Exchange {
 		if r >= l.cfg.Replays {
 			x.Kind, x.Body = RequestMismatch, bytes.Replace(of.Body, []byte(`"quantity":`), []byte(`"quantity":1`), 1)
 		}
+		return x
+	}
+	if len(l.unsure) > 0 && r < l.cfg.Replays+l.cfg.Mismatches+l.cfg.Retries {
+		// A client that got no answer, or a 503, tries again with its key:
+		// the request resumes the order if its first one died.
+		of := l.exchanges[l.unsure[rng.IntN(len(l.unsure))]]
+		x.Of, x.Key, x.Body, x.Kind = of.Seq, of.Key, of.Body, RequestRetry
 		return x
 	}
 	pm := "pm_card_visa"
@@ -201,8 +210,12 @@ func (l *Load) record(x Exchange) {
 		l.exchanges = append(l.exchanges, Exchange{Seq: len(l.exchanges), Status: -1})
 	}
 	l.exchanges[x.Seq] = x
-	if x.Acknowledged() && (x.Kind == RequestNew || x.Kind == RequestDecline) {
+	first := x.Kind == RequestNew || x.Kind == RequestDecline
+	switch {
+	case x.Acknowledged() && (first || x.Kind == RequestRetry):
 		l.acked = append(l.acked, x.Seq)
+	case first && (x.Status == 0 || x.Status == http.StatusServiceUnavailable):
+		l.unsure = append(l.unsure, x.Seq)
 	}
 }
 
