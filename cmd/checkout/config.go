@@ -65,6 +65,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			PaymentBudget: env.Duration("PAYMENT_BUDGET", orders.PaymentBudget, 10*time.Millisecond, time.Minute),
 			DBTimeout:     env.Duration("DB_TX_TIMEOUT", orders.DBTimeout, 10*time.Millisecond, time.Minute),
 			KeyRetention:  env.Duration("PROVIDER_KEY_RETENTION", orders.KeyRetention, time.Second, 365*24*time.Hour),
+			AsyncSettle:   env.OneOf("SETTLE_ASYNC_COMMIT", "true", "true", "false") == "true",
 		},
 	}
 	cat := catalog.DefaultConfig()

@@ -49,6 +49,17 @@ type Config struct {
 	// Fallback saves orders as pending_payment when the provider is
 	// unavailable (protected mode). Off, such requests fail with 502/504.
 	Fallback bool
+	// AsyncSettle commits the settle of a synchronously charged order
+	// without waiting for its WAL flush (synchronous_commit = off for that
+	// transaction only; DESIGN.md "Durability"). Its loss in a database
+	// crash is recoverable by replay: the order is back to pending without
+	// an answer, the sweep gives it a charge job, and the charge under the
+	// same provider key is the provider's replay — same status, same order
+	// id, same charge; a client's retry then gets an answer recomputed, not
+	// byte-identical (its updated_at is the recovery's). The first write,
+	// which the provider call depends on, always commits synchronously, as
+	// does a deferral, whose job is the 202's promise.
+	AsyncSettle bool
 	// KeyRetention is how long the provider remembers idempotency keys
 	// (PROVIDER_KEY_RETENTION): a request resuming an order older than
 	// MayCharge allows defers it to the worker, which resolves it by lookup.
@@ -285,7 +296,7 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Placed, error) {
 	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
-	_, answered, _, err := settle(ctx, s.db, p.order, to, true)
+	_, answered, _, err := settleCommit(ctx, s.db, p.order, to, true, s.cfg.AsyncSettle)
 	if err != nil {
 		return Placed{}, classifyDBError(err)
 	}

@@ -193,6 +193,13 @@ func releaseKey(ctx context.Context, q Querier, key string) error {
 // latest version of the row, not on the statement's snapshot: a concurrent
 // settle is waited for, then seen.
 func settle(ctx context.Context, q Querier, base Order, s Settlement, answer bool) (o Order, answered Order, changed bool, err error) {
+	return settleCommit(ctx, q, base, s, answer, false)
+}
+
+// settleCommit is settle, optionally committing asynchronously
+// (synchronous_commit = off for this statement's transaction alone; see
+// Config.AsyncSettle for why that is safe).
+func settleCommit(ctx context.Context, q Querier, base Order, s Settlement, answer, async bool) (o Order, answered Order, changed bool, err error) {
 	var (
 		answeredStatus *Status
 		answeredAt     *time.Time
@@ -202,7 +209,12 @@ func settle(ctx context.Context, q Querier, base Order, s Settlement, answer boo
 	// than the statement (pprof).
 	o = base
 	err = q.QueryRow(ctx, `
-		WITH cur AS (
+		WITH commit_mode AS (
+			-- Local to this statement's transaction: the setting in force
+			-- when it commits decides whether the commit waits for the
+			-- WAL flush.
+			SELECT set_config('synchronous_commit', CASE WHEN $6 THEN 'off' ELSE 'on' END, true)
+		), cur AS (
 			SELECT id, status, updated_at, status IN `+unsettledSQL+` AS open
 			FROM orders WHERE id = $1 FOR UPDATE
 		), next AS (
@@ -218,11 +230,11 @@ func settle(ctx context.Context, q Querier, base Order, s Settlement, answer boo
 			updated_at = next.updated_at,
 			answered_status = CASE WHEN $5 AND o.answered_status IS NULL THEN next.status ELSE o.answered_status END,
 			answered_at = CASE WHEN $5 AND o.answered_status IS NULL THEN next.updated_at ELSE o.answered_at END
-		FROM next
+		FROM next, commit_mode
 		WHERE o.id = next.id
 		RETURNING o.status, coalesce(o.charge_id, ''), coalesce(o.failure_reason, ''), o.updated_at,
 		          next.open, o.answered_status, o.answered_at`,
-		base.ID, s.Status, s.ChargeID, s.FailureReason, answer,
+		base.ID, s.Status, s.ChargeID, s.FailureReason, answer, async,
 	).Scan(&o.Status, &o.ChargeID, &o.FailureReason, &o.UpdatedAt, &changed, &answeredStatus, &answeredAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, Order{}, false, ErrNotFound
