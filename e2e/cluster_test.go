@@ -74,8 +74,9 @@ func (c *cluster) URL() string {
 }
 
 // start starts the server and waits until it accepts connections (after a
-// crash, once recovery is done). synchronous_commit stays on, as in
-// production: a crash must not take back what a commit acknowledged. fsync
+// crash, once recovery is done). synchronous_commit stays at its default,
+// on: only what checkout itself commits asynchronously (the settle, see
+// SETTLE_ASYNC_COMMIT) may be lost to a crash, as in production. fsync
 // is off because the crash here is the server's, not the machine's: every
 // write the server made is in the OS's page cache, which survives it.
 func (c *cluster) start() error {

@@ -45,7 +45,7 @@ type Report struct {
 	ReplaysConsistent  int // byte-identical to the first answer
 	ReplaysSpanCrash   int // of those, sent after a Postgres crash that began after the first request
 	ReplaysRecomputed  int // across a Postgres crash: same status and order, other bytes
-	ReplaysUnavailable int // no answer or 503: nothing to judge
+	ReplaysUnavailable int // no answer or 503 (or 409 after a crash): nothing to judge
 	Mismatches422      int
 	RetriesAnswered    int // retries of an unanswered key that got 201, 202 or 402
 	RetriesUnanswered  int // 409 (still in progress), 503 or no answer again
@@ -71,8 +71,8 @@ func (r *Report) violate(format string, args ...any) {
 //   - payment_failed ⇒ no charge at the provider (7);
 //   - a replay repeats the first answer byte for byte with
 //     Idempotent-Replayed: true — across a Postgres crash, DESIGN.md allows
-//     a recomputed answer with the same status and order; a key reused with
-//     another body is a 422.
+//     a recomputed answer with the same status and order (see auditReplay);
+//     a key reused with another body is a 422.
 func Audit(ev Evidence) Report {
 	r := Report{Requests: map[string]int{}, Answers: map[int]int{}, Orders: map[string]int{}}
 	bySeq := make(map[int]Exchange, len(ev.Exchanges))
@@ -190,9 +190,15 @@ func (r *Report) answered(x Exchange, decline bool, orders map[string]Order) {
 }
 
 // auditReplay checks a replay against the first answer for its key.
+//
+// Across a Postgres crash the settle that stored the first answer may be
+// lost (it commits asynchronously, SETTLE_ASYNC_COMMIT): the replay then
+// resumes the order — a fresh answer, not marked replayed, with the same
+// status and order — or finds the resumed request still running (409).
 func (r *Report) auditReplay(x, first Exchange) {
-	switch x.Status {
-	case 0, http.StatusServiceUnavailable:
+	crashed := x.Crashes > first.Crashes
+	switch {
+	case x.Status == 0, x.Status == http.StatusServiceUnavailable, crashed && x.Status == http.StatusConflict:
 		r.ReplaysUnavailable++
 		return
 	}
@@ -200,10 +206,10 @@ func (r *Report) auditReplay(x, first Exchange) {
 	switch {
 	case same && x.Replayed:
 		r.ReplaysConsistent++
-		if x.Crashes > first.Crashes {
+		if crashed {
 			r.ReplaysSpanCrash++
 		}
-	case x.Crashes > first.Crashes && x.Replayed && x.Status == first.Status && x.OrderID == first.OrderID:
+	case crashed && x.Status == first.Status && x.OrderID == first.OrderID:
 		r.ReplaysRecomputed++
 	default:
 		r.violate("replay %d of exchange %d (key %s): got %d replayed=%v %s, first answer %d %s",

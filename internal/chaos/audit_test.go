@@ -144,6 +144,7 @@ func TestAuditAllowsARecomputedReplayAcrossACrash(t *testing.T) {
 	ev := evidence()
 	ev.Exchanges[3].Crashes = 1
 	ev.Exchanges[3].Answer = []byte(`{"id":"o1","status":"paid","charge_id":"ch_1","updated_at":"later"}`)
+	ev.Exchanges[3].Replayed = false // a resumed request's fresh answer
 	r := Audit(ev)
 	if !r.OK() || r.ReplaysRecomputed != 1 {
 		t.Errorf("violations %q, recomputed %d; want none and 1", r.Violations, r.ReplaysRecomputed)
