@@ -137,6 +137,9 @@ type Placed struct {
 type placement struct {
 	key   string
 	order Order
+	// resumed: the order was created by an earlier request with the key,
+	// whose charge attempt (if any) the insert recorded.
+	resumed bool
 }
 
 // Place creates the order for one Idempotency-Key and tries to charge it.
@@ -233,6 +236,7 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 		return s.begin(ctx, key, req, total) // the claim can now succeed
 	}
 	p.order = claim.order
+	p.resumed = claim.state == idempotency.Resumed
 	return p, claim, err
 }
 
@@ -262,6 +266,16 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 		err     = errChargeWindowClosed
 	)
 	if MayCharge(p.order, s.cfg.KeyRetention, time.Now()) {
+		if p.resumed {
+			// A new attempt for an old order: the worker must not trust a
+			// lookup's "no charge" until this one has had time to land.
+			dbCtx, cancelDB := s.dbContext(ctx)
+			err := MarkAttempt(dbCtx, s.db, p.order.ID)
+			cancelDB()
+			if err != nil {
+				return Placed{}, classifyDBError(err)
+			}
+		}
 		to, settled, err = Charge(chargeCtx, s.payer, p.order)
 	}
 	switch {

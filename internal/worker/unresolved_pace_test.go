@@ -1,8 +1,3 @@
-//go:build repro
-
-// A reproducer, not part of make test: go test -tags repro -run TestReproUnresolvedPace ./internal/worker/
-// It failed on the code the chaos branch started from (a flat 10 min); main fixed it in e17a567 (1 min).
-
 package worker
 
 import (
@@ -11,13 +6,14 @@ import (
 	"time"
 )
 
-// TestReproUnresolvedPace: past GiveUpAfter, one failed lookup (a provider
-// 500, which does not open the breaker) parked the order's job for a flat
-// retryCeiling (10 min) before e17a567, whatever the provider did next. DESIGN.md: the
-// provider healthy again → every pending_payment order settled within 60 s.
+// TestUnresolvedOrderIsAskedAgainWithinAMinute (found by the chaos soak):
+// past GiveUpAfter, one failed lookup (a provider 500, which does not open
+// the breaker) must not park the order's job for the 10-minute retry
+// ceiling, whatever the provider does next. DESIGN.md: the provider healthy
+// again → every pending_payment order settled within 60 s.
 // The chaos soak (make chaos, CHARGE_GIVE_UP_AFTER=3) meets such orders
 // every run; in production they are one to two hours old.
-func TestReproUnresolvedPace(t *testing.T) {
+func TestUnresolvedOrderIsAskedAgainWithinAMinute(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t)
 	b.policy.GiveUpAfter = 1

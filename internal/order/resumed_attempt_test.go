@@ -1,8 +1,3 @@
-//go:build repro
-
-// A reproducer, not part of make test: go test -tags repro -run TestReproResumedAttempt ./internal/order/
-// It fails on today's code; see the chaos branch's report.
-
 package order_test
 
 import (
@@ -35,14 +30,14 @@ func (h heldCharge) Charge(ctx context.Context, req order.ChargeRequest) (order.
 	return h.Payer.Charge(context.WithoutCancel(ctx), req)
 }
 
-// TestReproResumedAttemptIsNotRecorded: a request resuming a key whose
-// first request died charges the order without recording the attempt
-// (order.MarkAttempt is the worker's only), so last_attempt_at still says
-// the order's creation. The worker's guard before trusting a lookup's "no
-// charge" — LookupAfter past last_attempt_at — then lets the lookup through
-// while the API's charge is in flight: the order is failed, and the charge
-// lands after (DESIGN.md invariant 7).
-func TestReproResumedAttemptIsNotRecorded(t *testing.T) {
+// TestResumedRequestRecordsItsAttempt (found by the chaos soak): a request
+// resuming a key whose first request died charges the order again. Unless
+// it records that attempt (order.MarkAttempt), last_attempt_at still says
+// the order's creation, the worker's guard before trusting a lookup's "no
+// charge" — LookupAfter past last_attempt_at — lets the lookup through
+// while the API's charge is in flight, and the order is failed while the
+// charge lands after (DESIGN.md invariant 7).
+func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupService(t, order.DefaultConfig())
 	ctx := context.Background()
