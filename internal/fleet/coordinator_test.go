@@ -176,7 +176,7 @@ func (l *logs) Enabled(context.Context, slog.Level) bool { return true }
 func (l *logs) WithAttrs(as []slog.Attr) slog.Handler {
 	return &prefixed{l: l, attrs: as}
 }
-func (l *logs) WithGroup(string) slog.Handler { return l }
+func (l *logs) WithGroup(string) slog.Handler                 { return l }
 func (l *logs) Handle(_ context.Context, r slog.Record) error { return l.add(r, nil) }
 
 func (l *logs) add(r slog.Record, extra []slog.Attr) error {
@@ -203,7 +203,7 @@ func (p *prefixed) Enabled(context.Context, slog.Level) bool { return true }
 func (p *prefixed) WithAttrs(as []slog.Attr) slog.Handler {
 	return &prefixed{l: p.l, attrs: append(append([]slog.Attr(nil), p.attrs...), as...)}
 }
-func (p *prefixed) WithGroup(string) slog.Handler                { return p }
+func (p *prefixed) WithGroup(string) slog.Handler                 { return p }
 func (p *prefixed) Handle(_ context.Context, r slog.Record) error { return p.l.add(r, p.attrs) }
 
 // wake returns a channel closed at the next line logged.
