@@ -25,6 +25,7 @@ type config struct {
 	MigrateWait     time.Duration // how long `checkout migrate` waits for the database
 	PaymentURL      string
 	Resilience      resilience.Config
+	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
 	APIPool         resilience.PoolConfig
 	HealthPool      resilience.PoolConfig
 	Orders          order.Config
@@ -50,6 +51,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
 		MigrateWait:     env.Duration("MIGRATE_WAIT", 30*time.Second, 0, 10*time.Minute),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
 			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/resilientcheckout/checkout/internal/database"
+	"github.com/resilientcheckout/checkout/internal/fleet"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
@@ -35,6 +36,15 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	provider, err := payment.NewProtectedClient("payment-worker", cfg.PaymentURL, cfg.Resilience, rm, logger)
 	if err != nil {
 		return err
+	}
+	if cfg.FleetBreaker {
+		// One breaker with checkout's towards the provider (internal/fleet):
+		// the dependency, not the role, is the key.
+		stop, err := fleet.Join(ctx, pool, "payment", provider.Policy(), reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	w, err := worker.New(pool, payer.New(provider), cfg.Worker, reg, logger)
 	if err != nil {

@@ -391,3 +391,30 @@ func (c *Coordinator) Identity() string { return c.opts.Identity }
 func (c *Coordinator) String() string {
 	return "fleet coordinator " + strconv.Quote(c.dependency) + " (" + c.opts.Identity + ")"
 }
+
+// Start runs c in the background; stop ends it and waits until it has
+// released its connection, so a caller can close the pool after it.
+func (c *Coordinator) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Join is the wiring of a binary in one call: it registers the metrics on
+// reg, starts a coordinator sharing policy's breaker under dependency, and
+// returns the function that stops it (call it before closing pool).
+func Join(ctx context.Context, pool *pgxpool.Pool, dependency string, policy *resilience.Policy, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	c, err := New(pool, dependency, policy, Options{Metrics: m, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return c.Start(ctx), nil
+}
