@@ -89,7 +89,7 @@ func printStatuses(w io.Writer, states []fleet.Status) error {
 		case s.UntilCleared:
 			left = "until cleared"
 		case s.Left > 0:
-			left = s.Left.Round(time.Millisecond).String()
+			left = s.Left.Round(time.Second).String()
 		}
 		holder := s.ProbeHolder
 		if holder == "" {
