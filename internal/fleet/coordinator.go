@@ -78,6 +78,11 @@ type Coordinator struct {
 	last    row
 	applied int64 // generation of the last row imposed; 0: none
 	timer   *time.Timer
+	// demand is the policy's Demand when the open state was imposed;
+	// yielded records that this process, idle since, has let busier ones
+	// ask for the probe lease first.
+	demand  int64
+	yielded bool
 }
 
 // New returns a coordinator for dependency, imposing the shared state on
@@ -308,6 +313,7 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 		if c.applied != r.Generation {
 			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, OpenFor: *r.Left, HoldFor: *r.Left + c.opts.Lease + grace})
 			c.applied = r.Generation
+			c.demand, c.yielded = c.policy.Demand(), false
 		}
 		c.arm(*r.Left)
 	case r.Holder != nil && left(r.LeaseLeft) > 0:
@@ -336,6 +342,15 @@ func (c *Coordinator) arm(d time.Duration) { c.timer.Reset(max(d, 0)) }
 // deadline runs when the last imposed state reaches a deadline: try the
 // probe lease if the open state is over, then read the row again.
 func (c *Coordinator) deadline(ctx context.Context) error {
+	if c.last.State == stateOpen && c.last.Holder == nil && !c.yielded && c.policy.Demand() == c.demand {
+		// No call has come since the open state began: as the holder this
+		// process would probe nothing and the fleet would wait out the
+		// lease. Let processes with traffic ask first; ask in a quarter of
+		// the lease if none has (still within the hold imposed above).
+		c.yielded = true
+		c.arm(c.opts.Lease / 4)
+		return nil
+	}
 	if c.last.State == stateOpen {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := write(wctx, c.pool, takeLease, c.dependency, c.opts.Identity, secs(c.opts.Lease))

@@ -458,3 +458,33 @@ func TestForcedOpenStopsEveryCallUntilCleared(t *testing.T) {
 		t.Errorf("provider calls after clearing = %d, want 2", got)
 	}
 }
+
+// TestTheProcessWithTrafficProbes: a process that has had no call since
+// the fleet opened lets one that has take the probe lease, so the probe is
+// made at once instead of after an idle holder's lease runs out.
+func TestTheProcessWithTrafficProbes(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	idle := start(t, dbURL, "worker-idle", testConfig())
+	busy := start(t, dbURL, "checkout-busy", testConfig())
+	trip(t, idle, prov) // then no more calls: its jobs snooze
+	busy.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
+	prov.set("ok")
+
+	deadline := time.After(5 * time.Second)
+	for busy.log.count("circuit breaker state released") == 0 {
+		_ = busy.do(prov)
+		select {
+		case <-deadline:
+			t.Fatal("the busy process's breaker was not released within 5s")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if n := idle.log.count("circuit breaker state imposed", "state=probing"); n != 0 {
+		t.Errorf("the idle process took the probe lease %d times, want 0", n)
+	}
+	if n := busy.log.count("fleet breaker: published", "event=probe_succeeded"); n != 1 {
+		t.Errorf("the busy process published %d successful probes, want 1", n)
+	}
+}

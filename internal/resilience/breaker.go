@@ -72,6 +72,9 @@ type breaker struct {
 	// to that coordinator.
 	gate   atomic.Pointer[gate]
 	events *eventQueue
+	// demand counts calls asked of the breaker, admitted or not, so a
+	// coordinator can tell a process with traffic from an idle one.
+	demand atomic.Int64
 	// reopens counts failed half-open probes in a row (under gobreaker's
 	// lock); extendedUntil (an offset from epoch, 0 if none) is when the
 	// grown open state ends, past gobreaker's fixed Timeout.
@@ -241,6 +244,7 @@ func (b *breaker) retryAfter() time.Duration {
 // and the local open state's growth past gobreaker's Timeout. Neither
 // touches a store.
 func (b *breaker) allow() (*call, error) {
+	b.demand.Add(1)
 	var probe *gate
 	if g := b.gate.Load(); g != nil {
 		now := b.now()

@@ -127,6 +127,17 @@ func (p *Policy) Source() Source {
 	return SourceLocal
 }
 
+// Demand counts the calls asked of the breaker so far, admitted or
+// refused. A coordinator compares two readings to tell whether this process
+// has traffic, and so whether it would probe at all if it held the fleet's
+// probe lease.
+func (p *Policy) Demand() int64 {
+	if p.breaker == nil {
+		return 0
+	}
+	return p.breaker.demand.Load()
+}
+
 // HalfOpenProbes is how many probes the local breaker admits when half-open,
 // which is also how many a coordinator should impose.
 func (p *Policy) HalfOpenProbes() int { return p.cfg.HalfOpenProbes }
