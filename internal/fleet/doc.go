@@ -51,7 +51,9 @@
 //     it (the later deadline wins), an earlier one never shortens it.
 //   - open, until passed: half-open for the fleet. Each coordinator tries
 //     to take the probe lease (an UPDATE that only one can win while the
-//     lease is free or expired). The holder admits its policy's usual
+//     lease is free or expired); one whose process has had no call since
+//     the opening waits a quarter of the lease first, so the lease goes to
+//     a process that will actually probe. The holder admits its policy's usual
 //     HalfOpenProbes calls; every other process keeps refusing
 //     (ErrTooManyRequests) until the verdict or the lease's end. All
 //     probes succeed → closed, everywhere. One fails → open again for
