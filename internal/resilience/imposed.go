@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Source says who decides whether a breaker lets calls through.
@@ -152,15 +150,14 @@ func (p *Policy) BreakDuration(failedProbes int) time.Duration {
 // gate is an imposed state as the per-call path reads it: deadlines as
 // offsets from the breaker's epoch (monotonic), and the probes' bookkeeping.
 type gate struct {
-	source             Source
-	openUntil          time.Duration
-	holdUntil          time.Duration
-	probes             int32        // successes that close the fleet's breaker
-	permits            atomic.Int32 // probes still to admit
-	succeeded          atomic.Int32
-	verdict            atomic.Bool // reported once
-	rejectedBy         prometheus.Counter
-	rejectedByHalfOpen prometheus.Counter
+	source    Source
+	state     string // open, half-open or probing, as imposed
+	openUntil time.Duration
+	holdUntil time.Duration
+	probes    int32        // successes that close the fleet's breaker
+	permits   atomic.Int32 // probes still to admit
+	succeeded atomic.Int32
+	verdict   atomic.Bool // reported once
 }
 
 // admit is the gate's decision for one call, read with atomics only: refuse
@@ -197,7 +194,6 @@ func (b *breaker) impose(im Imposed) {
 		probes:    int32(max(im.Probes, 0)),
 	}
 	g.permits.Store(g.probes)
-	b.gate.Store(g)
 	state := "open"
 	switch {
 	case im.OpenFor > 0:
@@ -205,6 +201,11 @@ func (b *breaker) impose(im Imposed) {
 		state = "probing"
 	default:
 		state = "half-open"
+	}
+	g.state = state
+	prev := b.gate.Swap(g)
+	if prev != nil && prev.source == g.source && prev.state == state && b.now() < prev.holdUntil {
+		return // a renewal (a forced state's next slice): nothing new to report
 	}
 	b.setSource(im.Source)
 	b.imposed.WithLabelValues(b.name, im.Source.String(), state).Inc()
