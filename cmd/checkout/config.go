@@ -26,6 +26,7 @@ type config struct {
 	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
+	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
 	APIPool         resilience.PoolConfig
 	HealthPool      resilience.PoolConfig
 	Orders          order.Config
@@ -52,6 +53,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MigrateWait:     env.Duration("MIGRATE_WAIT", 30*time.Second, 0, 10*time.Minute),
 		Tracing:         env.Tracing("checkout"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
 			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),

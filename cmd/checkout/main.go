@@ -1,6 +1,8 @@
 // Command checkout serves the checkout API. `checkout migrate` applies the
 // database schema and exits; `checkout healthcheck` probes a running
-// instance (for container healthchecks, as the runtime image has no curl).
+// instance (for container healthchecks, as the runtime image has no curl);
+// `checkout breaker open|clear|status` is the operator's switch for the
+// fleet's shared circuit breakers.
 package main
 
 import (
@@ -25,7 +27,7 @@ func main() {
 	}
 }
 
-const usage = "usage: checkout [serve|migrate|healthcheck]"
+const usage = "usage: checkout [serve|migrate|healthcheck|breaker]"
 
 // run is main with its dependencies passed in, so tests start the real
 // wiring in-process on port :0.
@@ -50,6 +52,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, cfg, logger)
 	case "healthcheck":
 		return health.Probe(ctx, cfg.HTTPAddr)
+	case "breaker":
+		return breaker(ctx, cfg, args[2:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return errors.New("unknown command " + command)

@@ -14,6 +14,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
+	"github.com/resilientcheckout/checkout/internal/fleet"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/payer"
@@ -55,6 +56,15 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	provider, err := payment.NewProtectedClient("payment", cfg.PaymentURL, cfg.Resilience, resilienceMetrics, logger)
 	if err != nil {
 		return err
+	}
+	if cfg.FleetBreaker && cfg.Resilience.Mode == resilience.ModeProtected {
+		// The API's and the workers' breakers are one breaker towards the
+		// provider (internal/fleet); stopped before the pool closes.
+		stop, err := fleet.Join(ctx, pool, "payment", provider.Policy(), reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	apiPool, healthPool, err := newPools(cfg, resilienceMetrics)
 	if err != nil {
@@ -101,8 +111,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		// turn into 503s under load even while Postgres is healthy.
 		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
 	}
-	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "payment_url", redacted(cfg.PaymentURL),
-		"traces", tracingTarget(cfg.Tracing))
+	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "fleet_breaker", cfg.FleetBreaker,
+		"payment_url", redacted(cfg.PaymentURL), "traces", tracingTarget(cfg.Tracing))
 	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
 }
 

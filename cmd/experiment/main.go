@@ -66,7 +66,7 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 			"run (the default) is the outage scenario, ramp the healthy 10 → 80 req/s ramp; the flags' defaults are the outage's.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.CheckoutURL, "checkout", "http://localhost:8080", "checkout API base `URL`")
+	fs.StringVar(&cfg.CheckoutURL, "checkout", "http://localhost:8080", "checkout API base `URL`, or several separated by commas (round-robin)")
 	fs.StringVar(&cfg.SimulatorURL, "simulator", "http://localhost:8082", "paymentsim base `URL` (its admin API)")
 	fs.StringVar(&cfg.SimulatorToken, "simulator-token", getenv("PAYMENTSIM_ADMIN_TOKEN"), "paymentsim admin bearer `token` (default $PAYMENTSIM_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.DatabaseURL, "database", getenv("DATABASE_URL"), "checkout's PostgreSQL `URL`, for the audit (default $DATABASE_URL)")

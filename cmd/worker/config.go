@@ -27,6 +27,7 @@ type config struct {
 	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
+	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
 	Worker          worker.Config
 	RiverUIUser     string
 	RiverUIPassword string
@@ -67,6 +68,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
 		Tracing:         env.Tracing("worker"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
+		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
 		Resilience:      env.Resilience(workerResilienceDefaults()),
 		Worker: worker.Config{
 			Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),

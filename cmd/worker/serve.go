@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/resilientcheckout/checkout/internal/database"
+	"github.com/resilientcheckout/checkout/internal/fleet"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/payer"
 	"github.com/resilientcheckout/checkout/internal/payment"
@@ -50,6 +51,15 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	// The tracing plugin links each job's span to the trace that inserted
 	// the job (for a charge: the request that deferred the order).
 	cfg.Worker.Plugins = []rivertype.Plugin{telemetry.RiverPlugin(tracing.Provider)}
+	if cfg.FleetBreaker {
+		// One breaker with checkout's towards the provider (internal/fleet):
+		// the dependency, not the role, is the key.
+		stop, err := fleet.Join(ctx, pool, "payment", provider.Policy(), reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	w, err := worker.New(pool, payer.New(provider), cfg.Worker, reg, logger)
 	if err != nil {
 		return err

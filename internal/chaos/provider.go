@@ -118,7 +118,7 @@ func (p *Provider) WaitIdle(ctx context.Context, within time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("provider not idle after %v (in flight %d, last error %v)", within, st.InFlight, err)
+			return fmt.Errorf("provider not idle after %v (in flight %d, last error %w)", within, st.InFlight, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -151,7 +151,7 @@ func watchBreaker(ctx context.Context, cfg Config, start time.Time) *breakerWatc
 	ctx, cancel := context.WithCancel(ctx)
 	w := &breakerWatch{cancel: cancel, done: make(chan struct{})}
 	client := &http.Client{Timeout: 10 * cfg.MetricsInterval}
-	url := cfg.CheckoutURL + "/metrics"
+	url := cfg.checkouts()[0] + "/metrics"
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(cfg.MetricsInterval)

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,7 +37,10 @@ const (
 
 // Config describes one run. DefaultConfig returns DESIGN.md's scenario; the URLs must be set.
 type Config struct {
-	CheckoutURL    string // checkout API base URL, e.g. http://localhost:8080
+	// CheckoutURL is checkout's API base URL, e.g. http://localhost:8080, or several
+	// separated by commas (a fleet run): orders and /health probes then go to them in
+	// turn, round-robin, and the breaker band follows the first.
+	CheckoutURL    string
 	SimulatorURL   string // paymentsim base URL (its admin API), e.g. http://localhost:8082
 	SimulatorToken string // bearer token of the simulator's admin API, if it has one
 	DatabaseURL    string // the Postgres checkout writes to, for the audit
@@ -97,11 +101,18 @@ func RampConfig() Config {
 	return c
 }
 
+// checkouts returns the checkout base URLs of CheckoutURL.
+func (c Config) checkouts() []string { return strings.Split(c.CheckoutURL, ",") }
+
 func (c Config) validate() error {
 	var errs []error
-	for name, raw := range map[string]string{"checkout URL": c.CheckoutURL, "simulator URL": c.SimulatorURL} {
-		if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s %q is not an absolute URL", name, raw))
+	urls := [][2]string{{"simulator URL", c.SimulatorURL}}
+	for _, raw := range c.checkouts() {
+		urls = append(urls, [2]string{"checkout URL", raw})
+	}
+	for _, u := range urls {
+		if parsed, err := url.Parse(u[1]); err != nil || parsed.Scheme == "" || parsed.Host == "" {
+			errs = append(errs, fmt.Errorf("%s %q is not an absolute URL", u[0], u[1]))
 		}
 	}
 	if c.DatabaseURL == "" {

@@ -76,9 +76,11 @@ func newTransport() *http.Transport {
 // transport while doing so.
 func (l *load) ready(ctx context.Context) error {
 	for _, c := range []*http.Client{l.health, l.orders} {
-		s := l.probeHealth(ctx, c, time.Now(), 0)
-		if s.Outcome != "200" {
-			return fmt.Errorf("checkout %s/health is not healthy before the run: %s", l.cfg.CheckoutURL, s.Outcome)
+		for i, base := range l.cfg.checkouts() {
+			s := l.probeHealth(ctx, c, time.Now(), i, 0)
+			if s.Outcome != "200" {
+				return fmt.Errorf("checkout %s/health is not healthy before the run: %s", base, s.Outcome)
+			}
 		}
 	}
 	return nil
@@ -103,7 +105,7 @@ func (l *load) drive(ctx context.Context, start time.Time) []Sample {
 	})
 	wg.Go(func() {
 		dispatch(ctx, &wg, start, probes, func(i int, at time.Duration) {
-			samples[len(orders)+i] = l.probeHealth(ctx, l.health, start, at)
+			samples[len(orders)+i] = l.probeHealth(ctx, l.health, start, i, at)
 		})
 	})
 	wg.Wait()
@@ -184,7 +186,7 @@ func (l *load) placeOrder(ctx context.Context, start time.Time, i int, at time.D
 	})
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.cfg.CheckoutURL+"/orders", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.checkout(i)+"/orders", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", l.runID+"-"+strconv.Itoa(i))
 
@@ -209,11 +211,17 @@ func (l *load) placeOrder(ctx context.Context, start time.Time, i int, at time.D
 	return s
 }
 
-// probeHealth sends GET /health, due at offset at from start.
-func (l *load) probeHealth(ctx context.Context, c *http.Client, start time.Time, at time.Duration) Sample {
+// checkout is the base URL of the i-th request or probe: round-robin over the replicas.
+func (l *load) checkout(i int) string {
+	urls := l.cfg.checkouts()
+	return urls[i%len(urls)]
+}
+
+// probeHealth sends the i-th GET /health, due at offset at from start.
+func (l *load) probeHealth(ctx context.Context, c *http.Client, start time.Time, i int, at time.Duration) Sample {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.HealthTimeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.cfg.CheckoutURL+"/health", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.checkout(i)+"/health", nil)
 	s := Sample{Probe: ProbeHealth, At: Millis(at), Lag: Millis(time.Since(start) - at)}
 	sent := time.Now()
 	resp, err := c.Do(req)

@@ -202,7 +202,7 @@ func TestProbeHealthConnectionRefused(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.CheckoutURL = srv.URL
 	l := newLoad(cfg, "run1")
-	if got := l.probeHealth(t.Context(), l.health, time.Now(), 0); got.Outcome != OutcomeError {
+	if got := l.probeHealth(t.Context(), l.health, time.Now(), 0, 0); got.Outcome != OutcomeError {
 		t.Errorf("outcome = %q, want %q", got.Outcome, OutcomeError)
 	}
 	if err := l.ready(t.Context()); err == nil {

@@ -91,3 +91,7 @@ func IsRefused(err error) bool {
 		errors.Is(err, resilience.ErrTooManyRequests) ||
 		errors.Is(err, resilience.ErrBulkheadFull)
 }
+
+// Policy is the stack the client's calls go through, for a coordinator
+// that shares its breaker with other processes (internal/fleet).
+func (p *Protected) Policy() *resilience.Policy { return p.policy }

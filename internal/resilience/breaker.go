@@ -66,6 +66,23 @@ type breaker struct {
 	epoch     time.Time
 	openUntil atomic.Int64
 
+	// gate is the state a fleet coordinator imposed (see Imposed), nil
+	// when the local breaker decides alone; the per-call path reads it
+	// with one atomic load. events carries transitions and probe verdicts
+	// to that coordinator.
+	gate   atomic.Pointer[gate]
+	events *eventQueue
+	// demand counts calls asked of the breaker, admitted or not, so a
+	// coordinator can tell a process with traffic from an idle one.
+	demand atomic.Int64
+	// reopens counts failed half-open probes in a row (under gobreaker's
+	// lock); extendedUntil (an offset from epoch, 0 if none) is when the
+	// grown open state ends, past gobreaker's fixed Timeout.
+	reopens       int
+	extendedUntil atomic.Int64
+	cfg           Config
+	rnd           func(int64) int64
+
 	calls callCounters
 	// limit hears each slow call the moment the slow timer fires, the same
 	// signal the slow-call rule counts, so it can shrink before the call
@@ -73,6 +90,8 @@ type breaker struct {
 	limit       *limiter
 	stateGauge  prometheus.Gauge
 	transitions *prometheus.CounterVec
+	imposed     *prometheus.CounterVec
+	sourceGauge *prometheus.GaugeVec
 	name        string
 	log         *slog.Logger
 
@@ -93,6 +112,11 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		calls:       m.callCounters(name),
 		stateGauge:  m.breakerState.WithLabelValues(name),
 		transitions: m.breakerTransitions,
+		imposed:     m.breakerImposed,
+		sourceGauge: m.breakerSource,
+		events:      newEventQueue(),
+		cfg:         cfg,
+		rnd:         rnd,
 		name:        name,
 		log:         log,
 	}
@@ -122,6 +146,7 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		IsSuccessful:  b.record,
 	})
 	b.stateGauge.Set(float64(StateClosed))
+	b.setSource(SourceLocal)
 	return b
 }
 
@@ -151,10 +176,25 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	now := time.Now()
 	cause := b.win
 	b.win.reset()
+	openFor := b.openFor
+	switch {
+	case to == gobreaker.StateOpen && from == gobreaker.StateHalfOpen:
+		// A failed probe: the next one waits longer (Config.BreakDuration),
+		// so a long outage costs few probes. gobreaker's Timeout is fixed,
+		// so the longer part is refused by allow, before gobreaker.
+		b.reopens++
+		openFor = max(openFor, b.cfg.BreakDuration(b.reopens, b.rnd))
+	case to == gobreaker.StateClosed:
+		b.reopens = 0
+	}
 	if to == gobreaker.StateOpen {
-		b.openUntil.Store(int64(now.Sub(b.epoch) + b.openFor))
+		until := int64(now.Sub(b.epoch) + openFor)
+		b.openUntil.Store(until)
+		b.extendedUntil.Store(until)
+		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: openFor})
 	} else {
 		b.openUntil.Store(0)
+		b.extendedUntil.Store(0)
 	}
 	b.stateGauge.Set(float64(to))
 	b.transitions.WithLabelValues(name, from.String(), to.String()).Inc()
@@ -169,41 +209,84 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 		slog.Int("window_calls", cause.calls),
 		slog.Int("window_failures", cause.failures),
 		slog.Int("window_slow", cause.slow),
+		slog.Duration("open_for", openFor),
 	)
 }
 
 // state asks gobreaker, which also moves an expired open state to half-open.
 func (b *breaker) state() State { return State(b.cb.State()) }
 
-// retryAfter is how long until the breaker lets a probe through: what is
-// left of the open state, or 0 when it is not open.
+// retryAfter is how long until the breaker lets a call through: what is
+// left of an imposed state (its open part, or its hold while another
+// process probes), or else of the local open state; 0 when neither refuses.
 func (b *breaker) retryAfter() time.Duration {
+	now := b.now()
+	if g := b.gate.Load(); g != nil && now < g.holdUntil {
+		switch {
+		case now < g.openUntil:
+			return g.openUntil - now
+		case g.probes == 0 || g.permits.Load() <= 0:
+			return g.holdUntil - now
+		}
+		return 0 // this process probes for the fleet
+	}
 	until := b.openUntil.Load()
 	if until == 0 {
 		return 0
 	}
-	return max(time.Duration(until)-time.Since(b.epoch), 0)
+	return max(time.Duration(until)-now, 0)
 }
 
 // allow asks gobreaker to admit a call. The tracker it returns must be
 // finished exactly once (finish or reject).
+//
+// Before gobreaker, two atomic reads: the state a fleet coordinator imposed,
+// and the local open state's growth past gobreaker's Timeout. Neither
+// touches a store.
 func (b *breaker) allow() (*call, error) {
+	b.demand.Add(1)
+	var probe *gate
+	if g := b.gate.Load(); g != nil {
+		now := b.now()
+		isProbe, err := g.admit(now)
+		if err != nil {
+			return nil, b.rejected(err)
+		}
+		if isProbe {
+			probe = g
+		}
+	}
+	if until := b.extendedUntil.Load(); until != 0 && probe == nil && b.now() < time.Duration(until) {
+		return nil, b.rejected(ErrOpen)
+	}
 	done, err := b.cb.Allow()
 	if err != nil {
-		b.calls.rejected.Inc()
-		if errors.Is(err, gobreaker.ErrOpenState) {
-			b.calls.rejectedOpen.Inc()
-			return nil, ErrOpen
+		if probe != nil {
+			probe.permits.Add(1) // not a verdict: the local breaker refused it
 		}
-		b.calls.rejectedHalfOpen.Inc()
-		return nil, ErrTooManyRequests
+		if errors.Is(err, gobreaker.ErrOpenState) {
+			return nil, b.rejected(ErrOpen)
+		}
+		return nil, b.rejected(ErrTooManyRequests)
 	}
 	c := b.pool.Get().(*call)
+	c.probe = probe
 	c.done = done
 	c.armed = false
 	// The store publishes done to the timer goroutine, whose CAS reads it.
 	c.state.Store(running)
 	return c, nil
+}
+
+// rejected counts a refusal and returns it.
+func (b *breaker) rejected(err error) error {
+	b.calls.rejected.Inc()
+	if errors.Is(err, ErrOpen) {
+		b.calls.rejectedOpen.Inc()
+	} else {
+		b.calls.rejectedHalfOpen.Inc()
+	}
+	return err
 }
 
 // call tracks one admitted call so that its outcome reaches gobreaker, and
@@ -213,6 +296,7 @@ func (b *breaker) allow() (*call, error) {
 type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
+	probe *gate       // non-nil: a probe for the fleet, whose verdict it reports
 	timer *time.Timer // fires onSlow at the slow threshold
 	armed bool
 	state atomic.Uint32
@@ -242,6 +326,9 @@ func (c *call) onSlow() {
 	}
 	c.b.calls.slow.Inc()
 	c.done(errReportSlow)
+	if c.probe != nil {
+		c.b.probeDone(c.probe, probeFailed)
+	}
 	c.b.limit.congested()
 }
 
@@ -258,8 +345,19 @@ func (c *call) finish(report error, counter prometheus.Counter) bool {
 	recycle := !c.armed || c.timer.Stop()
 	counter.Inc()
 	c.done(report)
+	if g := c.probe; g != nil {
+		switch {
+		case report == nil:
+			c.b.probeDone(g, probeSucceeded)
+		case errors.Is(report, errReportExcluded):
+			c.b.probeDone(g, probeExcluded)
+		default:
+			c.b.probeDone(g, probeFailed)
+		}
+	}
 	if recycle {
 		c.done = nil
+		c.probe = nil
 		c.b.pool.Put(c)
 	}
 	return true

@@ -13,6 +13,8 @@ import (
 type Metrics struct {
 	breakerState       *prometheus.GaugeVec
 	breakerTransitions *prometheus.CounterVec
+	breakerSource      *prometheus.GaugeVec
+	breakerImposed     *prometheus.CounterVec
 	calls              *prometheus.CounterVec
 	limit              *prometheus.GaugeVec
 	bulkheadInUse      *prometheus.GaugeVec
@@ -52,6 +54,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "resilience_breaker_transitions_total",
 			Help: "Circuit breaker state changes.",
 		}, []string{"name", "from", "to"}),
+		breakerSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "resilience_breaker_source",
+			Help: "Who decides whether the breaker lets calls through, one series per source set to 1: local (the process's own breaker), fleet (another process's breaker, shared through the fleet coordinator), forced (an operator). As of the last change: an imposed state that ran out of time without a release still shows.",
+		}, []string{"name", "source"}),
+		breakerImposed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "resilience_breaker_imposed_total",
+			Help: "Breaker states imposed from outside the process, by source (fleet, forced) and state: open, half-open (another process probes), probing (this process probes for the fleet), released.",
+		}, []string{"name", "source", "state"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "resilience_calls_total",
 			Help: "Attempts by outcome: success, failure, slow (counted at the threshold), rejected (breaker or bulkhead), excluded (final answers, caller gave up).",
@@ -95,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.breakerTransitions, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
+		m.breakerState, m.breakerTransitions, m.breakerSource, m.breakerImposed, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
 		m.rejected, m.retryAttempts, m.retryBackoff, m.poolInUse, m.poolRejected,
 	} {
 		errs = append(errs, reg.Register(c))

@@ -56,6 +56,7 @@ type Policy struct {
 	rnd      func(int64) int64
 	log      *slog.Logger
 	breaker  *breaker // nil unless ModeProtected
+	events   *eventQueue
 	limit    *limiter // nil unless ModeProtected
 	retries  prometheus.Counter
 	backoffs prometheus.Observer
@@ -89,6 +90,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
+	p.events = newEventQueue() // replaced by the breaker's in ModeProtected
 	if cfg.Mode == ModeProtected {
 		p.breaker = newBreaker(name, cfg, m, p.log, p.rnd)
 		lm := m.limiterMetrics(name)
@@ -98,6 +100,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
 		}
 		p.breaker.limit = p.limit
+		p.events = p.breaker.events
 	}
 	return p, nil
 }

@@ -38,6 +38,8 @@ var Owners = map[string][]string{
 	"checkout": {
 		"resilience_breaker_state",
 		"resilience_breaker_transitions_total",
+		"resilience_breaker_source",
+		"resilience_fleet_connected",
 		"resilience_calls_total",
 		"resilience_concurrency_limit",
 		"resilience_bulkhead_in_use",

@@ -1,0 +1,435 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resilientcheckout/checkout/internal/resilience"
+)
+
+// Options tunes a Coordinator; the zero value of each field means its
+// default.
+type Options struct {
+	// Identity names this process in the probe lease and the row's source;
+	// default hostname/pid/random.
+	Identity string
+	// Lease is how long the probe holder has for its verdict before another
+	// process may take the lease: default 2 s, four attempt timeouts of the
+	// default stack (a hung probe is judged at the 400 ms slow threshold).
+	Lease time.Duration
+	// RefreshEvery is how often the row is re-read without a notification,
+	// what a lost NOTIFY costs at most; default 5 s.
+	RefreshEvery time.Duration
+	// ForcedSlice is how far ahead a forced state is imposed at a time,
+	// renewed at every read (at least every RefreshEvery): how long a
+	// process cut off from the database keeps obeying an operator's
+	// "forced open until cleared", and the longest a worker's job snoozes
+	// while forced, hence how soon the backlog drains after a clear.
+	// Default 10 s.
+	ForcedSlice time.Duration
+	// ReconnectMin and ReconnectMax bound the jittered, doubling wait
+	// between attempts to reach the database again; default 250 ms, 5 s.
+	ReconnectMin, ReconnectMax time.Duration
+	Metrics                    *Metrics
+	Logger                     *slog.Logger
+}
+
+// Metrics are the coordinator's collectors.
+type Metrics struct {
+	connected *prometheus.GaugeVec
+}
+
+// NewMetrics registers the coordinator's collectors on reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "resilience_fleet_connected",
+		Help: "1 while the fleet breaker coordinator listens to the database for the dependency's shared breaker state; 0 while it cannot, and the process's own breaker decides alone.",
+	}, []string{"dependency"})}
+	if reg != nil {
+		if err := reg.Register(m.connected); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Coordinator shares one dependency's breaker state between this process's
+// policy and every other process's, through Postgres (see the package
+// documentation). Run it for the life of the process.
+type Coordinator struct {
+	dependency string
+	policy     *resilience.Policy
+	pool       *pgxpool.Pool
+	opts       Options
+	log        *slog.Logger
+	connected  prometheus.Gauge
+
+	// Owned by Run's goroutine.
+	last    row
+	applied int64 // generation of the last row imposed; 0: none
+	timer   *time.Timer
+	// demand is the policy's Demand when the open state was imposed;
+	// yielded records that this process, idle since, has let busier ones
+	// ask for the probe lease first.
+	demand  int64
+	yielded bool
+}
+
+// New returns a coordinator for dependency, imposing the shared state on
+// policy and writing through pool. The listening connection is opened from
+// pool's configuration, beside the pool.
+func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts Options) (*Coordinator, error) {
+	if opts.Identity == "" {
+		host, _ := os.Hostname()
+		opts.Identity = fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16))
+	}
+	opts.Lease = orDefault(opts.Lease, 2*time.Second)
+	opts.RefreshEvery = orDefault(opts.RefreshEvery, 5*time.Second)
+	opts.ForcedSlice = orDefault(opts.ForcedSlice, 10*time.Second)
+	opts.ReconnectMin = orDefault(opts.ReconnectMin, 250*time.Millisecond)
+	opts.ReconnectMax = orDefault(opts.ReconnectMax, 5*time.Second)
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics, _ = NewMetrics(nil)
+	}
+	if policy.Mode() != resilience.ModeProtected {
+		return nil, fmt.Errorf("fleet: policy %q has no breaker (mode %v)", policy.Name(), policy.Mode())
+	}
+	c := &Coordinator{
+		dependency: dependency, policy: policy, pool: pool, opts: opts,
+		log:       opts.Logger.With("dependency", dependency, "fleet_identity", opts.Identity),
+		connected: opts.Metrics.connected.WithLabelValues(dependency),
+	}
+	c.connected.Set(0)
+	return c, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Run listens until ctx ends, reconnecting with backoff whenever the
+// database is lost, and returns nil then.
+func (c *Coordinator) Run(ctx context.Context) error {
+	c.timer = time.NewTimer(time.Hour)
+	c.timer.Stop()
+	defer c.timer.Stop()
+	ceiling := c.opts.ReconnectMin
+	for ctx.Err() == nil {
+		listened, err := c.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if listened {
+			ceiling = c.opts.ReconnectMin
+		}
+		c.connected.Set(0)
+		wait := ceiling/2 + rand.N(ceiling/2+1) // equal jitter: replicas cut off together don't return together
+		c.log.WarnContext(ctx, "fleet breaker: database unreachable, this process's breaker decides alone until it is back",
+			"err", err, "retry_in", wait)
+		if !c.idle(ctx, wait) {
+			break
+		}
+		ceiling = min(2*ceiling, c.opts.ReconnectMax)
+	}
+	c.connected.Set(0)
+	return nil
+}
+
+// idle waits d while disconnected. Local events are dropped meanwhile: no
+// one else can hear them, and the row read on reconnecting is what counts.
+func (c *Coordinator) idle(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-c.policy.Events():
+			c.policy.TakeEvents()
+		case <-c.timer.C:
+			// A deadline of the last imposed state: it runs out by itself.
+		}
+	}
+}
+
+// session is one connection's life: LISTEN, read the row, then react to
+// notifications, local events and deadlines until the connection fails.
+func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
+	cfg := c.pool.Config().ConnConfig.Copy()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return false, err
+	}
+	if err := c.refresh(ctx); err != nil {
+		return false, err
+	}
+	c.connected.Set(1)
+	c.log.InfoContext(ctx, "fleet breaker: listening for the shared breaker state")
+
+	lctx, stop := context.WithCancel(ctx)
+	notes := make(chan struct{}, 1)
+	lost := make(chan error, 1)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		c.listen(lctx, conn, notes, lost)
+	}()
+	// Before the connection closes (deferred above, so run after this):
+	// the listener must be done with it.
+	defer func() { stop(); <-listening }()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case err := <-lost:
+			return true, err
+		case <-notes:
+			err = c.refresh(ctx)
+		case <-c.policy.Events():
+			err = c.handle(ctx, c.policy.TakeEvents())
+		case <-c.timer.C:
+			err = c.deadline(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			// A write or read failed on the pool; the listening connection
+			// may still be fine, and the next notification, timer or
+			// refresh tries again.
+			c.log.WarnContext(ctx, "fleet breaker: database operation failed", "err", err)
+		}
+	}
+}
+
+// listen forwards notifications for this dependency, re-reads the row every
+// RefreshEvery (a ping of the listening connection too), and reports a
+// failed connection on lost.
+func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- struct{}, lost chan<- error) {
+	poke := func() {
+		select {
+		case notes <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, c.opts.RefreshEvery)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			if n.Payload == c.dependency {
+				poke()
+			}
+			continue
+		case conn.PgConn().IsClosed() || (!errors.Is(err, context.DeadlineExceeded) && !isTimeout(err)):
+			lost <- err
+			return
+		}
+		// No notification for RefreshEvery: check the connection is alive
+		// (a silently dropped one would wait forever) and re-read the row.
+		pctx, cancel := context.WithTimeout(ctx, min(c.opts.RefreshEvery, 2*time.Second))
+		_, err = conn.Exec(pctx, "SELECT 1")
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				lost <- fmt.Errorf("ping listening connection: %w", err)
+			}
+			return
+		}
+		poke()
+	}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// refresh reads the row and imposes it.
+func (c *Coordinator) refresh(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	r, err := read(rctx, c.pool, c.dependency)
+	if err != nil {
+		return err
+	}
+	c.apply(ctx, r)
+	return nil
+}
+
+// apply imposes r on the policy and arms the timer for its next deadline.
+func (c *Coordinator) apply(ctx context.Context, r row) {
+	c.last = r
+	c.timer.Stop()
+	grace := c.opts.Lease / 4
+	left := func(d *time.Duration) time.Duration {
+		if d == nil {
+			return 0
+		}
+		return max(*d, 0)
+	}
+	switch {
+	case r.State == stateForcedOpen && (r.Left == nil || *r.Left > 0):
+		slice := c.opts.ForcedSlice
+		if r.Left != nil {
+			slice = min(slice, *r.Left)
+		}
+		c.policy.Impose(resilience.Imposed{Source: resilience.SourceForced, OpenFor: slice, HoldFor: slice})
+		c.applied = r.Generation
+		c.arm(min(slice, c.opts.RefreshEvery))
+	case r.State != stateOpen:
+		if c.applied != 0 {
+			c.policy.Release()
+			c.applied = 0
+		}
+	case left(r.Left) > 0:
+		if c.applied != r.Generation {
+			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, OpenFor: *r.Left, HoldFor: *r.Left + c.opts.Lease + grace})
+			c.applied = r.Generation
+			c.demand, c.yielded = c.policy.Demand(), false
+		}
+		c.arm(*r.Left)
+	case r.Holder != nil && left(r.LeaseLeft) > 0:
+		if c.applied != r.Generation {
+			probes := 0
+			if *r.Holder == c.opts.Identity {
+				probes = c.policy.HalfOpenProbes()
+			}
+			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, HoldFor: *r.LeaseLeft + grace, Probes: probes})
+			c.applied = r.Generation
+		}
+		c.arm(*r.LeaseLeft)
+	default:
+		// Half-open for the fleet with no lease out: keep refusing while we
+		// ask for it, and ask now.
+		if c.applied != r.Generation {
+			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, HoldFor: c.opts.Lease + grace})
+			c.applied = r.Generation
+		}
+		c.arm(0)
+	}
+}
+
+func (c *Coordinator) arm(d time.Duration) { c.timer.Reset(max(d, 0)) }
+
+// deadline runs when the last imposed state reaches a deadline: try the
+// probe lease if the open state is over, then read the row again.
+func (c *Coordinator) deadline(ctx context.Context) error {
+	if c.last.State == stateOpen && c.last.Holder == nil && !c.yielded && c.policy.Demand() == c.demand {
+		// No call has come since the open state began: as the holder this
+		// process would probe nothing and the fleet would wait out the
+		// lease. Let processes with traffic ask first; ask in a quarter of
+		// the lease if none has (still within the hold imposed above).
+		c.yielded = true
+		c.arm(c.opts.Lease / 4)
+		return nil
+	}
+	if c.last.State == stateOpen {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := write(wctx, c.pool, takeLease, c.dependency, c.opts.Identity, secs(c.opts.Lease))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("take probe lease: %w", err)
+		}
+	}
+	return c.refresh(ctx)
+}
+
+// handle publishes local events: an opening, or the verdict of probes this
+// process made for the fleet.
+func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) error {
+	var errs []error
+	for _, ev := range events {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var changed bool
+		var err error
+		switch ev.Kind {
+		case resilience.EventOpened:
+			left := ev.OpenFor - time.Since(ev.At)
+			if left <= 0 {
+				cancel()
+				continue
+			}
+			changed, err = write(wctx, c.pool, opened, c.dependency, c.opts.Identity, secs(left))
+		case resilience.EventProbeSucceeded:
+			changed, err = write(wctx, c.pool, probeSucceeded, c.dependency, c.opts.Identity)
+		case resilience.EventProbeFailed:
+			d := c.policy.BreakDuration(c.last.FailedProbes + 1)
+			changed, err = write(wctx, c.pool, probeFailed, c.dependency, c.opts.Identity, secs(d))
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish %v: %w", ev.Kind, err))
+			continue
+		}
+		if changed {
+			c.log.InfoContext(ctx, "fleet breaker: published", "event", ev.Kind.String())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.refresh(ctx)
+}
+
+// Identity is the name this process holds the probe lease under.
+func (c *Coordinator) Identity() string { return c.opts.Identity }
+
+// String helps logs and tests.
+func (c *Coordinator) String() string {
+	return "fleet coordinator " + strconv.Quote(c.dependency) + " (" + c.opts.Identity + ")"
+}
+
+// Start runs c in the background; stop ends it and waits until it has
+// released its connection, so a caller can close the pool after it.
+func (c *Coordinator) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Join is the wiring of a binary in one call: it registers the metrics on
+// reg, starts a coordinator sharing policy's breaker under dependency, and
+// returns the function that stops it (call it before closing pool).
+func Join(ctx context.Context, pool *pgxpool.Pool, dependency string, policy *resilience.Policy, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	c, err := New(pool, dependency, policy, Options{Metrics: m, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return c.Start(ctx), nil
+}

@@ -1,0 +1,303 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// counting wraps a step and counts the calls that reach the dependency.
+func counting(n *atomic.Int64, s step) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		n.Add(1)
+		return s.call(ctx)
+	}
+}
+
+func TestImposedOpenLaterThanLocalWins(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		openBreaker(t, b) // open for 1 s locally
+		b.p.Impose(Imposed{Source: SourceFleet, OpenFor: 3 * time.Second, HoldFor: 3 * time.Second})
+
+		advance(1500 * time.Millisecond) // the local open state is over
+		var calls atomic.Int64
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); !errors.Is(err, ErrOpen) {
+			t.Errorf("1.5 s after opening: err = %v, want ErrOpen (the fleet's later deadline)", err)
+		}
+		if got, want := b.p.RetryAfter(), 1500*time.Millisecond; got != want {
+			t.Errorf("RetryAfter = %v, want %v", got, want)
+		}
+		if got, want := b.p.Source(), SourceFleet; got != want {
+			t.Errorf("Source = %v, want %v", got, want)
+		}
+		advance(1500 * time.Millisecond) // the imposed deadline passes
+		if got, want := b.p.Source(), SourceLocal; got != want {
+			t.Errorf("after the deadline: Source = %v, want %v", got, want)
+		}
+		// The local breaker resumes where it was: open past its timeout,
+		// so half-open on the next call, which goes through as its probe.
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); err != nil {
+			t.Errorf("after the deadline: err = %v, want the local probe to go through", err)
+		}
+		if got, want := b.p.State(), StateHalfOpen; got != want {
+			t.Errorf("state = %v, want %v", got, want)
+		}
+		if got := calls.Load(); got != 1 {
+			t.Errorf("calls reaching the dependency = %d, want 1", got)
+		}
+	})
+}
+
+func TestImposedDeadlinePassesLocalResumes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		// Another process's breaker opened; ours is closed. The coordinator
+		// is then lost (no release ever comes).
+		b.p.Impose(Imposed{Source: SourceFleet, OpenFor: time.Second, HoldFor: 2 * time.Second})
+		var calls atomic.Int64
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); !errors.Is(err, ErrOpen) {
+			t.Errorf("while imposed open: err = %v, want ErrOpen", err)
+		}
+		advance(time.Second)
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); !errors.Is(err, ErrTooManyRequests) {
+			t.Errorf("while another process probes: err = %v, want ErrTooManyRequests", err)
+		}
+		if got, want := b.p.RetryAfter(), time.Second; got != want {
+			t.Errorf("RetryAfter while another process probes = %v, want %v (the hold)", got, want)
+		}
+		advance(time.Second)
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); err != nil {
+			t.Errorf("after the hold: err = %v, want the local (closed) breaker to let it through", err)
+		}
+		if got := calls.Load(); got != 1 {
+			t.Errorf("calls reaching the dependency = %d, want 1", got)
+		}
+		if got := b.calls(t, outcomeRejected); got != 2 {
+			t.Errorf("rejected calls = %d, want 2", got)
+		}
+	})
+}
+
+func TestForcedWinsUntilCleared(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		// A fleet probe is out, then the operator forces the dependency open.
+		b.p.Impose(Imposed{Source: SourceFleet, HoldFor: time.Second, Probes: 3})
+		b.p.Impose(Imposed{Source: SourceForced, OpenFor: time.Hour, HoldFor: time.Hour})
+		var calls atomic.Int64
+		for range 20 {
+			if _, err := Do(context.Background(), b.p, counting(&calls, ok)); !errors.Is(err, ErrOpen) {
+				t.Fatalf("forced open: err = %v, want ErrOpen", err)
+			}
+		}
+		advance(30 * time.Minute)
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); !errors.Is(err, ErrOpen) {
+			t.Errorf("forced open, 30 min later: err = %v, want ErrOpen", err)
+		}
+		if got, want := b.p.Source(), SourceForced; got != want {
+			t.Errorf("Source = %v, want %v", got, want)
+		}
+		if got := calls.Load(); got != 0 {
+			t.Errorf("calls reaching the dependency while forced open = %d, want 0", got)
+		}
+		if got := counterValue(t, b.m.breakerSource.WithLabelValues("payment", "forced")); got != 1 {
+			t.Errorf(`resilience_breaker_source{source="forced"} = %v, want 1`, got)
+		}
+		b.p.Release()
+		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); err != nil {
+			t.Errorf("cleared: err = %v, want the call through", err)
+		}
+		if got := counterValue(t, b.m.breakerSource.WithLabelValues("payment", "local")); got != 1 {
+			t.Errorf(`cleared: resilience_breaker_source{source="local"} = %v, want 1`, got)
+		}
+	})
+}
+
+func TestOnlyTheProbeHolderProbes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		probe   step
+		want    EventKind
+		holding bool // whether the holder still refuses after the verdict
+	}{
+		{"success closes", ok, EventProbeSucceeded, false},
+		{"failure", fail, EventProbeFailed, true},
+		{"slow probe fails while in flight", hang, EventProbeFailed, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				holder := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+				other := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+				// Both were told the fleet's open state ended; holder got
+				// the probe lease, other waits for its verdict.
+				holder.p.Impose(Imposed{Source: SourceFleet, HoldFor: 2 * time.Second, Probes: 3})
+				other.p.Impose(Imposed{Source: SourceFleet, HoldFor: 2 * time.Second})
+
+				var otherCalls, holderCalls atomic.Int64
+				for range 5 {
+					if _, err := Do(context.Background(), other.p, counting(&otherCalls, ok)); !errors.Is(err, ErrTooManyRequests) {
+						t.Fatalf("other: err = %v, want ErrTooManyRequests", err)
+					}
+				}
+				release := make(chan struct{})
+				var wg sync.WaitGroup
+				for range 3 {
+					wg.Go(func() {
+						_, _ = Do(context.Background(), holder.p, func(ctx context.Context) (string, error) {
+							holderCalls.Add(1)
+							<-release
+							return tt.probe.call(ctx)
+						})
+					})
+				}
+				synctest.Wait() // 3 probes in flight
+				if _, err := Do(context.Background(), holder.p, counting(&holderCalls, ok)); !errors.Is(err, ErrTooManyRequests) {
+					t.Errorf("4th call of the holder: err = %v, want ErrTooManyRequests", err)
+				}
+				close(release)
+				wg.Wait()
+				synctest.Wait()
+
+				if got := otherCalls.Load(); got != 0 {
+					t.Errorf("calls of the waiting process = %d, want 0", got)
+				}
+				if got := holderCalls.Load(); got != 3 {
+					t.Errorf("probes of the holder = %d, want 3", got)
+				}
+				events := holder.p.TakeEvents()
+				if len(events) != 1 || events[0].Kind != tt.want {
+					t.Fatalf("holder's events = %v, want one %v", events, tt.want)
+				}
+				if got := len(other.p.TakeEvents()); got != 0 {
+					t.Errorf("waiting process's events = %d, want none", got)
+				}
+				_, err := Do(context.Background(), holder.p, counting(&holderCalls, ok))
+				if got := err != nil; got != tt.holding {
+					t.Errorf("holder after the verdict: err = %v, want refused %v", err, tt.holding)
+				}
+			})
+		})
+	}
+}
+
+func TestExcludedProbeIsNoVerdict(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		b.p.Impose(Imposed{Source: SourceFleet, HoldFor: time.Second, Probes: 1})
+		if _, err := b.do(decline); !errors.Is(err, errDeclined) {
+			t.Fatalf("err = %v, want the decline", err)
+		}
+		if got := b.p.TakeEvents(); len(got) != 0 {
+			t.Errorf("events after a decline = %v, want none", got)
+		}
+		if _, err := b.do(ok); err != nil {
+			t.Fatalf("second probe: err = %v, want it admitted (the decline returned its permit)", err)
+		}
+		if got := b.p.TakeEvents(); len(got) != 1 || got[0].Kind != EventProbeSucceeded {
+			t.Errorf("events = %v, want one probe_succeeded", got)
+		}
+	})
+}
+
+func TestLocalOpenIsReported(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		select {
+		case <-b.p.Events():
+			t.Fatal("an event before anything happened")
+		default:
+		}
+		openBreaker(t, b)
+		<-b.p.Events()
+		got := b.p.TakeEvents()
+		if len(got) != 1 || got[0].Kind != EventOpened || got[0].OpenFor != time.Second {
+			t.Errorf("events = %+v, want one opened for 1s", got)
+		}
+	})
+}
+
+func TestOpenTimeGrowsAfterFailedProbes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		// setup's Rand returns n-1: the longest duration each time.
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		openBreaker(t, b)
+		_ = b.p.TakeEvents()
+		want := []time.Duration{
+			2*time.Second - time.Nanosecond, // 1 failed probe: 2 s ceiling, last quarter random
+			4*time.Second - time.Nanosecond,
+			8*time.Second - time.Nanosecond,
+			10*time.Second - time.Nanosecond, // capped at OpenMax
+			10*time.Second - time.Nanosecond,
+		}
+		wait := time.Second
+		for i, w := range want {
+			advance(wait - time.Nanosecond)
+			if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
+				t.Fatalf("round %d, 1 ns before the end: err = %v, want ErrOpen", i, err)
+			}
+			advance(2 * time.Nanosecond) // gobreaker's expiry is exclusive
+			if _, err := b.do(fail); !errors.Is(err, errUnavailable) {
+				t.Fatalf("round %d: probe err = %v, want it made (and failing)", i, err)
+			}
+			events := b.p.TakeEvents()
+			if len(events) != 1 || events[0].OpenFor != w {
+				t.Fatalf("round %d: events %+v, want opened for %v", i, events, w)
+			}
+			if got := b.p.RetryAfter(); got != w {
+				t.Errorf("round %d: RetryAfter = %v, want %v", i, got, w)
+			}
+			wait = w
+		}
+		// A successful round resets the growth.
+		advance(wait + time.Nanosecond)
+		for range 3 {
+			if _, err := b.do(ok); err != nil {
+				t.Fatalf("probe: %v", err)
+			}
+		}
+		openBreaker(t, b)
+		if got := b.p.RetryAfter(); got != time.Second {
+			t.Errorf("after closing and tripping again: RetryAfter = %v, want 1s", got)
+		}
+	})
+}
+
+func TestBreakDuration(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	low := func(int64) int64 { return 0 }
+	tests := []struct {
+		failed int
+		want   time.Duration
+	}{
+		{0, time.Second}, // plus jitter, here none
+		{1, 1500 * time.Millisecond},
+		{2, 3 * time.Second},
+		{3, 6 * time.Second},
+		{4, 7500 * time.Millisecond},
+		{40, 7500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := cfg.BreakDuration(tt.failed, low); got != tt.want {
+			t.Errorf("BreakDuration(%d) = %v, want %v", tt.failed, got, tt.want)
+		}
+	}
+	cfg.OpenMax = 0
+	if got := cfg.BreakDuration(5, low); got != time.Second {
+		t.Errorf("without growth: BreakDuration(5) = %v, want 1s", got)
+	}
+}
