@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -20,17 +21,13 @@ func IsUnavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "40001", "40P01": // serialization failure, deadlock detected: retryable
+		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected: // retryable
 			return true
 		}
-		switch pgErr.Code[:2] {
-		case "08", // connection exception
-			"53", // insufficient resources (too many connections, disk full)
-			"57", // operator intervention: shutdown, statement_timeout (57014)
-			"58": // system error (I/O)
-			return true
-		}
-		return false
+		return pgerrcode.IsConnectionException(pgErr.Code) ||
+			pgerrcode.IsInsufficientResources(pgErr.Code) || // too many connections, disk full
+			pgerrcode.IsOperatorIntervention(pgErr.Code) || // shutdown, statement_timeout (57014)
+			pgerrcode.IsSystemError(pgErr.Code) // I/O
 	}
 	// An outage shows up in many shapes on the client side: refused or reset
 	// connections, timeouts, a connection closed mid-statement, a pool that
