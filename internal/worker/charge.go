@@ -143,10 +143,12 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[order.ChargeArgs
 	case err == nil, errors.As(err, &snooze), errors.As(err, &cancel):
 		return err
 	case errors.Is(ctx.Err(), context.Canceled):
-		// Shutdown cancelled the run (StopAndCancel): run it again as soon
-		// as a worker starts, without spending an attempt.
+		// Shutdown cancelled the run (StopAndCancel). River (≥ 0.44) makes
+		// such a job available again at once, with its attempt restored and
+		// no error recorded, so the next worker runs it without it counting
+		// towards giving up (TestShutdownCancelledChargeIsAvailableAgain…).
 		w.metrics.jobs.WithLabelValues(jobInterrupted).Inc()
-		return river.JobSnooze(0)
+		return err
 	case job.Attempt < w.policy.GiveUpAfter:
 		w.metrics.jobs.WithLabelValues(jobRetried).Inc()
 		return err

@@ -510,3 +510,70 @@ func waitForJobState(t *testing.T, b *workerBundle, id uuid.UUID, want string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// blockingPayer holds every charge until its context ends, as a hung
+// provider does.
+type blockingPayer struct {
+	order.Payer
+	started chan struct{}
+}
+
+func (p blockingPayer) Charge(ctx context.Context, _ order.ChargeRequest) (order.Receipt, error) {
+	p.started <- struct{}{}
+	<-ctx.Done()
+	return order.Receipt{}, ctx.Err()
+}
+
+// TestShutdownCancelledChargeIsAvailableAgainWithoutAnAttempt: a charge
+// still running when the worker's shutdown timeout ends is cancelled
+// (StopAndCancel). The job must be worked again at once by the next worker,
+// neither spending an attempt nor recording an error — River (≥ 0.44) does
+// exactly this for a job whose context its own stop cancelled.
+func TestShutdownCancelledChargeIsAvailableAgainWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", nil)
+	payer := blockingPayer{Payer: b.payer, started: make(chan struct{}, 1)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, NewChargeWorker(b.db, payer, b.policy, b.metrics, slog.New(slog.DiscardHandler)))
+	client, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{
+		Queues:            map[string]river.QueueConfig{order.QueuePayments: {MaxWorkers: 1}},
+		Workers:           workers,
+		FetchCooldown:     20 * time.Millisecond,
+		FetchPollInterval: 100 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-payer.started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the charge never started")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.StopAndCancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		state   string
+		attempt int
+		nErrors int
+	)
+	if err := b.db.QueryRow(context.Background(), `
+		SELECT state, attempt, coalesce(array_length(errors, 1), 0) FROM river_job
+		WHERE kind = 'charge_order' AND args->>'order_id' = $1`, id.String()).Scan(&state, &attempt, &nErrors); err != nil {
+		t.Fatal(err)
+	}
+	if state != "available" || attempt != 0 || nErrors != 0 {
+		t.Errorf("job after the cancelled run: %s, attempt %d, %d errors; want available, attempt 0, no error", state, attempt, nErrors)
+	}
+	if got := testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobInterrupted)); got != 1 {
+		t.Errorf("interrupted runs = %v, want 1", got)
+	}
+}
