@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := proctest.Build("..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim"); err != nil {
+	if err := proctest.Build("..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim", "./cmd/catalogsim"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
