@@ -31,7 +31,11 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 1, "seed of the chaos soak's faults and load")
 	chaosDuration = flag.Duration("chaos.duration", 30*time.Second, "how long the chaos soak injects faults (make chaos: 5m)")
 	chaosRate     = flag.Float64("chaos.rate", 25, "orders per second during the chaos soak, open loop")
-	chaosDrain    = flag.Duration("chaos.drain", 2*time.Minute, "how long the healed system gets to settle every order")
+	// A 5-minute soak leaves a backlog of up to ~4,000 deferred orders
+	// (the fleet breaker keeps every process open while one probe decides),
+	// and two workers of 4 River workers each charge ~35 a second against the
+	// simulator's ~200 ms: the drain is capacity, not a stall, and gets 4 min.
+	chaosDrain = flag.Duration("chaos.drain", 4*time.Minute, "how long the healed system gets to settle every order")
 	// See soak.fastForward.
 	chaosFastForward = flag.Bool("chaos.fastforward", true, "after the heal, make due now the charge jobs the faults left parked more than 15 s ahead")
 )
