@@ -484,6 +484,9 @@ func TestTheProcessWithTrafficProbes(t *testing.T) {
 	if n := idle.log.count("circuit breaker state imposed", "state=probing"); n != 0 {
 		t.Errorf("the idle process took the probe lease %d times, want 0", n)
 	}
+	// The verdict is published by the coordinator's goroutine, which may log
+	// it just after the release: wait for it rather than race it.
+	busy.log.await(t, "fleet breaker: published", 2*time.Second, "event=probe_succeeded")
 	if n := busy.log.count("fleet breaker: published", "event=probe_succeeded"); n != 1 {
 		t.Errorf("the busy process published %d successful probes, want 1", n)
 	}
