@@ -521,7 +521,6 @@ func TestLimiterServesWaitersInOrder(t *testing.T) {
 				mu.Lock()
 				order = append(order, i)
 				mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
 				l.release(noSignal)
 			})
 			synctest.Wait() // queue them in the order of i
