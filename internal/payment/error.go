@@ -21,7 +21,8 @@ var (
 	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
 	// connection error, unreadable response), or answered with a charge that is not the
 	// one requested (ReceiptMismatchError). The outcome is not final: retrying with the same
-	// key is safe and may succeed, it counts as a breaker failure, and NotCharged tells
+	// key is safe and may succeed, it counts as a breaker failure (except a 409, see
+	// Classify), and NotCharged tells
 	// whether the provider may hold a charge. A caller's own cancellation is transient too;
 	// tell it apart with errors.Is(err, context.Canceled).
 	ErrTransient = errors.New("payment provider unavailable")

@@ -200,3 +200,37 @@ func TestNotCharged(t *testing.T) {
 		}
 	})
 }
+
+// TestInProgressIsNoBreakerFailure: a 409 says another call with the same key is still in
+// progress at the provider. The order is not charged yet (ErrTransient), but the provider
+// answered at once: ten of them in a row leave the breaker closed, where ten 500s open it.
+func TestInProgressIsNoBreakerFailure(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		status   int
+		wantOpen bool
+	}{
+		{http.StatusConflict, false},
+		{http.StatusInternalServerError, true},
+	} {
+		t.Run(http.StatusText(tt.status), func(t *testing.T) {
+			t.Parallel()
+			cfg := resilience.DefaultConfig()
+			cfg.MaxAttempts = 1
+			policy, err := resilience.New("payment", cfg, resilience.Options{Classify: payment.Classify})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := payment.NewProtected(fixedProvider(t, tt.status, `{"error":{"type":"idempotency_error","message":"in progress"}}`), policy)
+			for range 10 {
+				_, err := p.Charge(t.Context(), order("o1"))
+				if !payment.IsTransient(err) || payment.NotCharged(err) {
+					t.Fatalf("err = %v, want ErrTransient and not certainly uncharged", err)
+				}
+			}
+			if got := policy.State() == resilience.StateOpen; got != tt.wantOpen {
+				t.Errorf("after ten %d answers: breaker open = %v, want %v", tt.status, got, tt.wantOpen)
+			}
+		})
+	}
+}

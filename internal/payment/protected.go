@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -74,9 +75,20 @@ func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
 
 // Classify tells the resilience stack which errors are the provider's
 // trouble (transient: count against the breaker, retry) and which are final
-// answers (declined, or a request the provider rejected).
+// answers for this call (declined, a request the provider rejected, or a
+// 409: another call with the same key is still in progress there).
+//
+// A 409 stays ErrTransient for the order — it is not charged yet, and may
+// be — but the provider answered it at once, so it says nothing against
+// the provider's health, and an immediate retry would meet the same call
+// still in progress. Counting it as a failure would re-open the breaker
+// when the worker's recovery drain meets orders whose hung calls the
+// provider still holds.
 func Classify(err error) resilience.Class {
 	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) {
+		return resilience.Final
+	}
+	if e, ok := errors.AsType[*Error](err); ok && !e.lookup && e.StatusCode == http.StatusConflict {
 		return resilience.Final
 	}
 	return resilience.Transient

@@ -80,8 +80,16 @@ type breaker struct {
 	// grown open state ends, past gobreaker's fixed Timeout.
 	reopens       int
 	extendedUntil atomic.Int64
-	cfg           Config
-	rnd           func(int64) int64
+	// heldUntil (an offset from epoch, 0 if none) is until when calls this
+	// breaker abandoned may still be held by the dependency (see
+	// abandoned); open says whether the breaker is open. holdMu guards
+	// both: abandoned runs outside gobreaker's lock, onStateChange under
+	// it (and then takes holdMu, never the other way round).
+	holdMu    sync.Mutex
+	heldUntil time.Duration
+	open      bool
+	cfg       Config
+	rnd       func(int64) int64
 
 	calls callCounters
 	// limit hears each slow call the moment the slow timer fires, the same
@@ -187,15 +195,27 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	case to == gobreaker.StateClosed:
 		b.reopens = 0
 	}
-	if to == gobreaker.StateOpen {
-		until := int64(now.Sub(b.epoch) + openFor)
-		b.openUntil.Store(until)
-		b.extendedUntil.Store(until)
+	b.holdMu.Lock()
+	b.open = to == gobreaker.StateOpen
+	switch to {
+	case gobreaker.StateOpen:
+		// Not before the calls it abandoned may have been let go: a probe
+		// sooner would pile onto a dependency still working on them.
+		until := max(now.Sub(b.epoch)+openFor, b.heldUntil)
+		openFor = until - now.Sub(b.epoch)
+		b.openUntil.Store(int64(until))
+		b.extendedUntil.Store(int64(until))
 		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: openFor})
-	} else {
+	case gobreaker.StateHalfOpen:
+		// gobreaker moves to half-open after its fixed Timeout, also when
+		// only asked for its state; an open state grown past that
+		// (extendedUntil) still refuses calls in allow until it ends.
+		b.openUntil.Store(0)
+	default:
 		b.openUntil.Store(0)
 		b.extendedUntil.Store(0)
 	}
+	b.holdMu.Unlock()
 	b.stateGauge.Set(float64(to))
 	b.transitions.WithLabelValues(name, from.String(), to.String()).Inc()
 	level := slog.LevelInfo
@@ -213,8 +233,15 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	)
 }
 
-// state asks gobreaker, which also moves an expired open state to half-open.
-func (b *breaker) state() State { return State(b.cb.State()) }
+// state asks gobreaker, which also moves an expired open state to
+// half-open; an open state grown past gobreaker's Timeout is still open.
+func (b *breaker) state() State {
+	s := State(b.cb.State())
+	if s == StateHalfOpen && b.now() < time.Duration(b.extendedUntil.Load()) {
+		return StateOpen
+	}
+	return s
+}
 
 // retryAfter is how long until the breaker lets a call through: what is
 // left of an imposed state (its open part, or its hold while another
@@ -230,11 +257,47 @@ func (b *breaker) retryAfter() time.Duration {
 		}
 		return 0 // this process probes for the fleet
 	}
-	until := b.openUntil.Load()
+	until := max(b.openUntil.Load(), b.extendedUntil.Load())
 	if until == 0 {
 		return 0
 	}
 	return max(time.Duration(until)-now, 0)
+}
+
+// abandoned hears of a call sent at sent that ended without the
+// dependency's answer: its attempt timed out, or its caller gave up. The
+// dependency may still be working on it — paymentsim keeps a hung call for
+// its whole latency, as a real provider that does not notice its client
+// leaving does — so the breaker stays open until Config.AbandonedHold after
+// the latest such call was sent. An open state that ends sooner grows, and
+// the coordinator hears it as an opening for the fleet; while a fleet state
+// is imposed, only the coordinator hears it. A breaker that is closed keeps
+// the deadline for when it opens.
+func (b *breaker) abandoned(sent time.Time) {
+	if b.cfg.AbandonedHold <= 0 {
+		return
+	}
+	held := sent.Sub(b.epoch) + b.cfg.AbandonedHold
+	b.holdMu.Lock()
+	defer b.holdMu.Unlock()
+	if held <= b.heldUntil {
+		return
+	}
+	b.heldUntil = held
+	now := b.now()
+	grow := b.open && int64(held) > b.extendedUntil.Load()
+	if !grow && b.gate.Load() == nil {
+		return
+	}
+	if grow {
+		b.openUntil.Store(int64(held))
+		b.extendedUntil.Store(int64(held))
+		b.log.LogAttrs(context.Background(), slog.LevelInfo, "circuit breaker held open",
+			slog.String("name", b.name),
+			slog.String("reason", "a call it gave up on may still be held by the dependency"),
+			slog.Duration("open_for", held-now))
+	}
+	b.events.push(Event{Kind: EventOpened, At: time.Now(), OpenFor: held - now})
 }
 
 // allow asks gobreaker to admit a call. The tracker it returns must be

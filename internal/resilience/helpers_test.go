@@ -72,11 +72,13 @@ type bundle struct {
 }
 
 // setup builds a policy from DefaultConfig, changed by edit, with jitter
-// off unless edit sets it. Call it inside the synctest bubble.
+// and the abandoned-call hold off unless edit sets them (hold_test.go
+// tests the hold). Call it inside the synctest bubble.
 func setup(t *testing.T, edit func(*Config)) bundle {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.OpenJitter = 0
+	cfg.AbandonedHold = 0
 	if edit != nil {
 		edit(&cfg)
 	}

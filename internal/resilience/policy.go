@@ -224,6 +224,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		return v, false, err
 	}
 	c.startClock()
+	sent := time.Now()
 	completed := false
 	defer func() {
 		// fn panicked (or called runtime.Goexit): free the slot and report
@@ -237,6 +238,9 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	}()
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 	completed = true
+	if timedOut || (err != nil && ctx.Err() != nil) {
+		p.breaker.abandoned(sent)
+	}
 	calls := &p.breaker.calls
 	// The breaker and the limit hear the same outcome, once: a call the
 	// slow timer already reported (finish returns false) is not told again.
