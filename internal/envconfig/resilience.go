@@ -25,7 +25,7 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 		OpenDuration:      r.Duration("BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour),
 		OpenJitter:        r.Duration("BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour),
 		OpenMax:           r.Duration("BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour),
-		AbandonedHold:     r.Duration("BREAKER_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour),
+		AbandonedHold:     r.Duration("PAYMENT_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour),
 		HalfOpenProbes:    r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000),
 		Limit:             r.limitKind(d.Limit),
 		BulkheadSize:      r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000),

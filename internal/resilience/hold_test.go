@@ -159,3 +159,42 @@ func TestAbandonedCallUnderAFleetStateIsReportedOnly(t *testing.T) {
 		}
 	})
 }
+
+func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
+	t.Parallel()
+	for _, hold := range []time.Duration{0, 10 * time.Second} {
+		t.Run(hold.String(), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, func(c *Config) {
+					c.MaxAttempts, c.AbandonedHold = 1, hold
+					c.Limit, c.BulkheadSize = LimitStatic, 2
+				})
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range 2 {
+					wg.Go(func() { _, _ = b.do(hang) }) // both time out at 500 ms
+				}
+				wg.Wait()
+				advance(100 * time.Millisecond)
+				_, err := b.do(ok)
+				if hold == 0 {
+					if err != nil {
+						t.Fatalf("no hold, after the timeouts: err = %v, want the call made", err)
+					}
+					return
+				}
+				if !errors.Is(err, ErrBulkheadFull) {
+					t.Fatalf("after the timeouts: err = %v, want ErrBulkheadFull (both slots held)", err)
+				}
+				if _, inFlight := b.p.limit.current(); inFlight != 2 {
+					t.Errorf("slots taken = %d, want the 2 abandoned calls'", inFlight)
+				}
+				advance(time.Until(start.Add(hold)))
+				if _, err := b.do(ok); err != nil {
+					t.Errorf("once the hold is over: err = %v, want the call made", err)
+				}
+			})
+		})
+	}
+}

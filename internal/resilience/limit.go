@@ -73,6 +73,10 @@ const (
 //   - Declines and other final answers, callers that gave up, and calls the
 //     breaker or the limit refused say nothing about capacity and leave the
 //     limit alone.
+//   - A call abandoned without an answer (timed out, or its caller left)
+//     keeps its slot for Config.AbandonedHold after it was sent: the
+//     dependency may still be working on it, and the slot is what stands
+//     for it here (releaseAfter).
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
 // added by an increase, goes to the caller that has waited longest.
@@ -214,6 +218,23 @@ func (l *limiter) release(s signal) {
 	l.grant()
 	l.inUse.Set(float64(l.inFlight))
 	l.mu.Unlock()
+}
+
+// releaseAfter applies s like release, but the slot stays taken for d more:
+// the call was abandoned (timed out, or its caller left) and the dependency
+// may still be working on it (Config.AbandonedHold). Slots so held keep
+// new calls, the breaker's probes included, from piling onto those calls.
+func (l *limiter) releaseAfter(s signal, d time.Duration) {
+	if d <= 0 {
+		l.release(s)
+		return
+	}
+	l.mu.Lock()
+	if l.adapt(s) {
+		l.limitGauge.Set(float64(l.limit))
+	}
+	l.mu.Unlock()
+	time.AfterFunc(d, func() { l.release(noSignal) })
 }
 
 // congested applies a congestion signal from a call still in flight: the

@@ -238,7 +238,8 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	}()
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 	completed = true
-	if timedOut || (err != nil && ctx.Err() != nil) {
+	abandoned := timedOut || (err != nil && ctx.Err() != nil)
+	if abandoned {
 		p.breaker.abandoned(sent)
 	}
 	calls := &p.breaker.calls
@@ -267,7 +268,12 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	default:
 		c.finish(errReportExcluded, calls.excluded)
 	}
-	p.limit.release(s)
+	if abandoned {
+		// Its slot stays taken until the dependency may be done with it.
+		p.limit.releaseAfter(s, time.Until(sent.Add(p.cfg.AbandonedHold)))
+	} else {
+		p.limit.release(s)
+	}
 	return v, retry, err
 }
 
