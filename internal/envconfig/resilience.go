@@ -34,6 +34,7 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 		LimitMin:          r.Int("PAYMENT_LIMIT_MIN", d.LimitMin, 1, 10_000),
 		LimitMax:          r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000),
 		LimitBackoff:      r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99),
+		LimitLateFactor:   r.lateFactor(d.LimitLateFactor),
 	}
 }
 
@@ -47,4 +48,13 @@ func (r *Reader) limitKind(d resilience.LimitKind) resilience.LimitKind {
 func (r *Reader) Mode() resilience.Mode {
 	m, _ := resilience.ParseMode(r.OneOf("RESILIENCE_MODE", "protected", "none", "timeout", "protected"))
 	return m
+}
+
+// lateFactor reads PAYMENT_LIMIT_LATE_FACTOR: 0 (lateness off) or 1 to 10.
+func (r *Reader) lateFactor(d float64) float64 {
+	if f := r.Float("PAYMENT_LIMIT_LATE_FACTOR", d, 0, 10); f == 0 || f >= 1 {
+		return f
+	}
+	r.fail("PAYMENT_LIMIT_LATE_FACTOR", r.lookup("PAYMENT_LIMIT_LATE_FACTOR"), "0 (off) or a number from 1 to 10")
+	return d
 }

@@ -136,7 +136,7 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 	}
 	b.pool.New = func() any {
 		c := &call{b: b}
-		c.timer = time.AfterFunc(time.Hour, c.onSlow)
+		c.timer = time.AfterFunc(time.Hour, c.onTimer)
 		c.timer.Stop()
 		return c
 	}
@@ -353,38 +353,53 @@ func (b *breaker) rejected(err error) error {
 }
 
 // call tracks one admitted call so that its outcome reaches gobreaker, and
-// the concurrency limit, exactly once: either from the slow timer, the
-// moment the call passes the slow threshold, or from the call's completion,
-// whichever comes first.
+// the concurrency limit, exactly once each: from the call's timer while it
+// is still in flight — the limit when it is late, the breaker when it
+// passes the slow threshold — or from its completion, whichever comes
+// first.
 type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
 	probe *gate       // non-nil: a probe for the fleet, whose verdict it reports
-	timer *time.Timer // fires onSlow at the slow threshold
-	armed bool
-	state atomic.Uint32
+	// timer fires onTimer: at lateAfter, then again at the slow threshold
+	// if that is later.
+	timer     *time.Timer
+	lateAfter time.Duration
+	armed     bool
+	state     atomic.Uint32
 }
 
 const (
-	running uint32 = iota
-	finished
-	reportedSlow
+	running      uint32 = iota
+	finished            // completed before the breaker heard of it as slow
+	reportedLate        // the limit heard of it as late; the breaker has not
+	reportedSlow        // the breaker (and the limit) heard of it as slow
 )
 
-// startClock starts the slow-call timer. The stack calls it once the call
+// startClock starts the call's timer. The stack calls it once the call
 // holds a slot of the concurrency limit, so time spent queueing for a
 // slot, which says nothing about the dependency, does not count.
 func (c *call) startClock() {
 	c.armed = true
-	c.timer.Reset(c.b.slowAfter)
+	c.lateAfter = c.b.limit.lateAfter(c.b.slowAfter)
+	c.timer.Reset(c.lateAfter)
 }
 
-// onSlow runs on the timer's goroutine while the call is still in flight.
-// Reporting now, rather than when the call returns, is what trips the
-// breaker while hung calls are still holding connections (gobreaker #91),
-// and what shrinks the adaptive limit before a hung call has completed.
-func (c *call) onSlow() {
-	if !c.state.CompareAndSwap(running, reportedSlow) {
+// onTimer runs on the timer's goroutine while the call is still in
+// flight. Reporting now, rather than when the call returns, is what trips
+// the breaker while hung calls are still holding connections (gobreaker
+// #91), and what shrinks the adaptive limit before a hung call has
+// completed. A call late for the limit before it is slow for the breaker
+// is reported in two steps.
+func (c *call) onTimer() {
+	if c.lateAfter < c.b.slowAfter && c.state.CompareAndSwap(running, reportedLate) {
+		c.b.limit.congested()
+		// Last: once re-armed, finish may recycle c.
+		c.timer.Reset(c.b.slowAfter - c.lateAfter)
+		return
+	}
+	limitHeard := c.state.Load() == reportedLate
+	if !c.state.CompareAndSwap(running, reportedSlow) && !c.state.CompareAndSwap(reportedLate, reportedSlow) {
 		return // the call finished first
 	}
 	c.b.calls.slow.Inc()
@@ -392,19 +407,26 @@ func (c *call) onSlow() {
 	if c.probe != nil {
 		c.b.probeDone(c.probe, probeFailed)
 	}
-	c.b.limit.congested()
+	if !limitHeard {
+		c.b.limit.congested()
+	}
 }
 
-// finish reports how the call ended and returns true, unless onSlow already
+// finish reports how the call ended to the breaker, unless onTimer already
 // reported it as slow: then the result still goes back to the caller but
-// the breaker hears nothing more, and finish returns false so the caller
-// does not tell the limit twice either.
+// the breaker hears nothing more. It returns whether the limit should hear
+// the outcome: false when onTimer already told it the call was late or
+// slow, so the caller does not tell it twice.
 func (c *call) finish(report error, counter prometheus.Counter) bool {
+	limitHeard := false
 	if !c.state.CompareAndSwap(running, finished) {
-		return false
+		if !c.state.CompareAndSwap(reportedLate, finished) {
+			return false
+		}
+		limitHeard = true
 	}
-	// Recycle only when the timer provably never fired: if Stop is too
-	// late, onSlow may still be running and reading c.
+	// Recycle only when the timer provably will not fire: if Stop is too
+	// late, onTimer may still be running and reading c.
 	recycle := !c.armed || c.timer.Stop()
 	counter.Inc()
 	c.done(report)
@@ -423,5 +445,5 @@ func (c *call) finish(report error, counter prometheus.Counter) bool {
 		c.probe = nil
 		c.b.pool.Put(c)
 	}
-	return true
+	return !limitHeard
 }

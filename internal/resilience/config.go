@@ -112,6 +112,12 @@ type Config struct {
 	LimitMin     int
 	LimitMax     int
 	LimitBackoff float64
+	// LimitLateFactor makes a call still in flight after LimitLateFactor
+	// times the moving average latency of successful calls a congestion
+	// signal for the adaptive limit — kept between half the slow threshold
+	// and the slow threshold — so the limit shrinks before the breaker's
+	// slow-call rule fires. 0 signals at the slow threshold.
+	LimitLateFactor float64
 }
 
 // BreakDuration is how long the breaker stays open after failedProbes
@@ -283,6 +289,16 @@ func DefaultConfig() Config {
 		// one halving, regained one slot per healthy call while the load
 		// presses on the limit.
 		LimitBackoff: 0.5,
+		// A call half as slow again as usual is late. Vegas and Gradient2
+		// compare completed calls' latency with a baseline; this compares
+		// calls still in flight with it, so a provider that hangs is noticed
+		// at ~300 ms (200 ms calls) instead of the breaker's 400 ms. Every
+		// call sent before that is a call the hung provider holds: in the
+		// fleet run, each checkout sends one every 100 ms, so the first
+		// wave is 3 calls per process instead of 4. The simulator's jitter
+		// (±20 ms) never reaches it; a provider with a long tail (p99 above
+		// 1.5 × its mean) wants a higher factor, or 0.
+		LimitLateFactor: 1.5,
 	}
 }
 
@@ -316,6 +332,7 @@ func (c Config) Validate() error {
 	check(c.BulkheadWait >= 0, "BulkheadWait %v must not be negative", c.BulkheadWait)
 	check(c.LimitMin >= 1, "LimitMin %d must be at least 1", c.LimitMin)
 	check(c.LimitMax >= c.LimitMin, "LimitMax %d must not be below LimitMin %d", c.LimitMax, c.LimitMin)
+	check(c.LimitLateFactor == 0 || c.LimitLateFactor >= 1, "LimitLateFactor %v must be 0 or at least 1", c.LimitLateFactor)
 	check(c.LimitInitial >= c.LimitMin && c.LimitInitial <= c.LimitMax,
 		"LimitInitial %d must be between LimitMin %d and LimitMax %d", c.LimitInitial, c.LimitMin, c.LimitMax)
 	check(c.LimitBackoff >= 0.5 && c.LimitBackoff < 1, "LimitBackoff %v must be in [0.5, 1)", c.LimitBackoff)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +86,11 @@ type limiter struct {
 	min, max int
 	backoff  float64
 	wait     time.Duration
+	// lateFactor × latency is when a call still in flight is late (see
+	// lateAfter); 0 turns lateness off. latency is the moving average of
+	// successful calls' latency in nanoseconds, 0 until the first.
+	lateFactor float64
+	latency    atomic.Int64
 
 	mu       sync.Mutex
 	limit    int
@@ -237,9 +243,40 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	time.AfterFunc(d, func() { l.release(noSignal) })
 }
 
+// lateAfter is how long a call may be in flight before it is late: a
+// congestion signal for the limit, sent before the breaker's slow
+// threshold (slow) is reached. It is lateFactor times the calls' moving
+// average latency, but never sooner than half the slow threshold — a fast
+// dependency's scheduling noise is not congestion — nor later than it.
+// Without an average yet, or outside the adaptive limit, it is slow.
+func (l *limiter) lateAfter(slow time.Duration) time.Duration {
+	avg := l.latency.Load()
+	if !l.adaptive || l.lateFactor <= 0 || avg == 0 {
+		return slow
+	}
+	return min(max(time.Duration(float64(avg)*l.lateFactor), slow/2), slow)
+}
+
+// observe adds a successful call's latency to the moving average (weight
+// 1/8, like TCP's smoothed round-trip time, RFC 6298). Every successful
+// call counts, late ones too, so a dependency that has become slower for
+// good moves the average, and with it lateAfter, instead of being halved
+// for ever.
+func (l *limiter) observe(d time.Duration) {
+	for {
+		old := l.latency.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if l.latency.CompareAndSwap(old, max(next, 1)) {
+			return
+		}
+	}
+}
+
 // congested applies a congestion signal from a call still in flight: the
-// breaker's slow-call timer calls it the moment the call passes the slow
-// threshold.
+// call's timer calls it the moment the call is late (see lateAfter).
 func (l *limiter) congested() {
 	if !l.adaptive {
 		return

@@ -217,8 +217,9 @@ func TestAdaptiveLimitShrinksWhileSlowCallsAreInFlight(t *testing.T) {
 		}
 
 		// The provider hangs. Healthy calls already in flight drain within
-		// 190 ms and hung ones take their slots; the first of those passes
-		// the 400 ms slow threshold at about +0.4 s.
+		// 190 ms and hung ones take their slots; the first of those is late
+		// (1.5 × the 190 ms average) at about +0.29 s, before the breaker's
+		// 400 ms slow threshold.
 		pr.set(0)
 		hangStart := time.Now()
 		advance(healthyLatency)

@@ -98,6 +98,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 			p.limit = newStaticLimiter(cfg.BulkheadSize, cfg.BulkheadWait, lm)
 		} else {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
+			p.limit.lateFactor = cfg.LimitLateFactor
 		}
 		p.breaker.limit = p.limit
 		p.events = p.breaker.events
@@ -250,6 +251,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	s := noSignal
 	switch {
 	case err == nil:
+		p.limit.observe(time.Since(sent))
 		if c.finish(nil, calls.success) {
 			s = healthy
 		}

@@ -1,0 +1,95 @@
+package resilience
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// warm makes n sequential calls that each take latency, so the limit's
+// moving average latency is exactly latency.
+func warm(t *testing.T, b bundle, pr *provider, latency time.Duration, n int) {
+	t.Helper()
+	pr.set(latency)
+	for range n {
+		if _, err := Do(context.Background(), b.p, pr.call); err != nil {
+			t.Fatalf("warm-up call: %v", err)
+		}
+	}
+}
+
+func TestLateCallShrinksTheLimitBeforeTheBreakerHearsOfIt(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		factor   float64
+		shrinkAt time.Duration
+	}{
+		{"late at 1.5 × the average", 1.5, 300 * time.Millisecond},
+		{"factor 0: at the slow threshold", 0, 400 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitLateFactor = 1, tt.factor })
+				pr := &provider{}
+				warm(t, b, pr, 200*time.Millisecond, 5)
+				before := b.limit()
+
+				pr.set(0) // hangs from now on
+				go func() { _, _ = Do(context.Background(), b.p, pr.call) }()
+				advance(tt.shrinkAt - time.Millisecond)
+				if got := b.limit(); got != before {
+					t.Fatalf("%v in: limit = %d, want %d still", tt.shrinkAt-time.Millisecond, got, before)
+				}
+				advance(2 * time.Millisecond)
+				if got, want := b.limit(), max(before/2, 1); got != want {
+					t.Errorf("%v in: limit = %d, want %d (halved)", tt.shrinkAt+time.Millisecond, got, want)
+				}
+				if tt.shrinkAt < 400*time.Millisecond {
+					if got := b.calls(t, outcomeSlow); got != 0 {
+						t.Errorf("late, before the slow threshold: the breaker counted %d slow calls, want 0", got)
+					}
+				}
+				advance(400*time.Millisecond - tt.shrinkAt)
+				if got := b.calls(t, outcomeSlow); got != 1 {
+					t.Errorf("past the slow threshold: slow calls = %d, want 1", got)
+				}
+				if got, want := b.limit(), max(before/2, 1); got != want {
+					t.Errorf("past the slow threshold: limit = %d, want %d (one call, one halving)", got, want)
+				}
+				advance(time.Second) // the call times out
+			})
+		})
+	}
+}
+
+func TestLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
+	t.Parallel()
+	l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	l.lateFactor = 1.5
+	slow := 400 * time.Millisecond
+	if got := l.lateAfter(slow); got != slow {
+		t.Errorf("no calls yet: lateAfter = %v, want the slow threshold", got)
+	}
+	l.observe(200 * time.Millisecond)
+	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
+		t.Errorf("average 200 ms: lateAfter = %v, want %v", got, want)
+	}
+	// The provider became slower for good: the average follows, and its
+	// calls stop being late instead of halving the limit for ever.
+	for range 40 {
+		l.observe(350 * time.Millisecond)
+	}
+	if got := l.lateAfter(slow); got != slow {
+		t.Errorf("average ~350 ms: lateAfter = %v, want the slow threshold (capped)", got)
+	}
+	// A provider answering in a millisecond: noise is not congestion.
+	fast := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	fast.lateFactor = 1.5
+	fast.observe(time.Millisecond)
+	if got, want := fast.lateAfter(slow), slow/2; got != want {
+		t.Errorf("average 1 ms: lateAfter = %v, want %v (half the slow threshold)", got, want)
+	}
+}
