@@ -190,7 +190,15 @@ func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
 				if _, inFlight := b.p.limit.current(); inFlight != 2 {
 					t.Errorf("slots taken = %d, want the 2 abandoned calls'", inFlight)
 				}
+				// The breaker is closed (2 calls in its window), but a
+				// deferred retry must still wait for a slot to free.
+				if got, want := b.p.RetryAfter(), time.Until(start.Add(hold)); got != want {
+					t.Errorf("RetryAfter = %v, want %v (until the first held slot frees)", got, want)
+				}
 				advance(time.Until(start.Add(hold)))
+				if got := b.p.RetryAfter(); got != 0 {
+					t.Errorf("once the hold is over: RetryAfter = %v, want 0", got)
+				}
 				if _, err := b.do(ok); err != nil {
 					t.Errorf("once the hold is over: err = %v, want the call made", err)
 				}

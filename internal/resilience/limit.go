@@ -100,6 +100,8 @@ type limiter struct {
 	// once that caller has given up.
 	starved bool
 	waiters []*waiter
+	// held holds, in order, when each slot kept by releaseAfter frees.
+	held []time.Time
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -235,12 +237,35 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 		l.release(s)
 		return
 	}
+	until := time.Now().Add(d)
 	l.mu.Lock()
 	if l.adapt(s) {
 		l.limitGauge.Set(float64(l.limit))
 	}
+	i, _ := slices.BinarySearchFunc(l.held, until, time.Time.Compare)
+	l.held = slices.Insert(l.held, i, until)
 	l.mu.Unlock()
-	time.AfterFunc(d, func() { l.release(noSignal) })
+	time.AfterFunc(d, func() {
+		l.mu.Lock()
+		if i := slices.IndexFunc(l.held, until.Equal); i >= 0 {
+			l.held = slices.Delete(l.held, i, i+1)
+		}
+		l.mu.Unlock()
+		l.release(noSignal)
+	})
+}
+
+// heldFor is how long until a call can get a slot when every slot is kept
+// for an abandoned call (see releaseAfter), 0 otherwise: the calls in
+// flight will return and free theirs.
+func (l *limiter) heldFor() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.held) < l.limit {
+		return 0
+	}
+	// Once all but limit-1 of the holds have ended, one slot is free.
+	return max(time.Until(l.held[len(l.held)-l.limit]), 0)
 }
 
 // lateAfter is how long a call may be in flight before it is late: a

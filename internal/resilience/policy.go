@@ -132,15 +132,17 @@ func (p *Policy) Limit() int {
 	return limit
 }
 
-// RetryAfter returns how long until the breaker lets a probe through: what
-// is left of its open state, 0 when it is not open. Callers use it for the
-// HTTP Retry-After header and to schedule or snooze background retries so
-// they don't pile onto a dependency the breaker knows is failing.
+// RetryAfter returns how long until the stack lets a call through: what is
+// left of the breaker's open state, or, when every slot of the concurrency
+// limit is kept for a call the dependency may still hold, until the first
+// of those frees; 0 when neither refuses. Callers use it for the HTTP
+// Retry-After header and to schedule or snooze background retries so they
+// don't pile onto a dependency the stack knows is failing.
 func (p *Policy) RetryAfter() time.Duration {
 	if p.breaker == nil {
 		return 0
 	}
-	return p.breaker.retryAfter()
+	return max(p.breaker.retryAfter(), p.limit.heldFor())
 }
 
 // Do calls fn through p's layers, outermost first: retry, circuit breaker,
