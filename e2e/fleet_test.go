@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -164,73 +165,105 @@ func (f *fleet) seedOutage(t *testing.T) {
 	}
 
 	// Sharing: every process had the fleet's open state imposed (exported
-	// and logged), and sent no charge while it was.
+	// and logged), and sent no charge while the fleet refused for it —
+	// open, or half-open with another process holding the probe lease.
+	// Each checkout still trips its own breaker on the first wave (it sees
+	// a third of the load, and the fleet only shares the opening); what
+	// sharing saves shows after it: one process probes for all.
 	for _, m := range f.members {
 		fam := scrape(t, m.proc.URL)
 		imposed := value(fam, "resilience_breaker_imposed_total", "name", m.policy, "source", "fleet", "state", "open")
 		tripped := value(fam, "resilience_breaker_transitions_total", "name", m.policy, "to", "open")
-		windows := openWindows(t, m)
-		if imposed == 0 || len(windows) == 0 {
-			t.Errorf("%s: the fleet's open state was imposed %v times (metric), %d logged; want at least once: the fleet did not share the opening",
+		probed := value(fam, "resilience_breaker_imposed_total", "name", m.policy, "source", "fleet", "state", "probing")
+		windows := refusals(t, m)
+		if imposed == 0 || !slices.ContainsFunc(windows, func(w window) bool { return w.state == "open" }) {
+			t.Errorf("%s: the fleet's open state was imposed %v times (metric), logged in %d windows; want at least once: the fleet did not share the opening",
 				m.name, imposed, len(windows))
 		}
 		var checked time.Duration
-		var during []time.Time
 		for _, w := range windows {
 			checked += w.end.Sub(w.start)
-			during = append(during, m.edge.chargesBetween(w.start, w.end)...)
+			if sent := m.edge.chargesBetween(w.start, w.end); len(sent) != 0 {
+				t.Errorf("%s: %d charges reached the provider while the fleet's %s state was imposed on it (%s to %s): %v; want none",
+					m.name, len(sent), w.state, w.start.Format(time.StampMilli), w.end.Format(time.StampMilli), sent)
+			}
 		}
-		if len(during) != 0 {
-			t.Errorf("%s: %d charges reached the provider while the fleet's open state was imposed on it (%v), want none",
-				m.name, len(during), during)
-		}
-		t.Logf("%s: tripped its own breaker %v times; fleet open imposed %v times; %d charges sent in all, none in %v of fleet-open time",
-			m.name, tripped, imposed, m.edge.charges(), checked.Round(time.Millisecond))
+		t.Logf("%s: tripped its own breaker %v times, probed for the fleet %v times; %d windows (%v) of fleet refusal without a charge; %d charges in all",
+			m.name, tripped, probed, len(windows), checked.Round(time.Millisecond), m.edge.charges())
 	}
 	t.Logf("seed outage: %d orders %v, provider max in flight %d (outage) / %d (run), breaker %d transitions on %s, drained in %v",
 		orders, r.Checkout.All.Outcomes, a.ProviderMaxInFlightOutage, a.ProviderMaxInFlight, len(r.Breaker.Transitions),
 		f.checkouts[0].name, time.Duration(a.DrainWait).Round(time.Millisecond))
 }
 
-// admitSlack is how long after a process logged an imposed open state a
-// charge it let through before may still reach its proxy: the breaker
-// admits a call before the concurrency limit's bounded wait (100 ms by
-// default) and the request is written after that, by a process sharing two
-// cores with six others and this test.
+// admitSlack is how long after a process logged that the fleet refuses
+// for it a charge it let through before may still reach its proxy: the
+// breaker admits a call before the concurrency limit's bounded wait
+// (100 ms by default), and the request is written after that by a process
+// sharing two cores with six others and this test.
 const admitSlack = 500 * time.Millisecond
 
-type window struct{ start, end time.Time }
+// window is a span in which the fleet refused every call for a process:
+// state open, or half-open (another process probes).
+type window struct {
+	state      string
+	start, end time.Time
+}
 
-// openWindows returns when the fleet's open state was imposed on m, from
-// its "circuit breaker state imposed" log lines, each window starting
-// admitSlack late (see there) and ending at the imposed deadline. A later
-// extension of the same state is not logged, so a window may end early:
-// that only checks less.
-func openWindows(t *testing.T, m *member) []window {
+// refusals reads m's "circuit breaker state imposed" and "… released" log
+// lines. A fleet state open or half-open refuses every call from the line
+// until its hold ends or the next line changes it (this process takes the
+// probe lease, the verdict releases it). A window that does not follow
+// another starts admitSlack late (see there). A renewal of the same state
+// is not logged, so a window may end early: that only checks less.
+func refusals(t *testing.T, m *member) []window {
 	t.Helper()
 	var out []window
+	var cur *window
 	for line := range strings.SplitSeq(m.proc.Logs(), "\n") {
-		if !strings.Contains(line, `"circuit breaker state imposed"`) {
+		if !strings.Contains(line, `"circuit breaker state imposed"`) && !strings.Contains(line, `"circuit breaker state released"`) {
 			continue
 		}
 		var e struct {
-			Time    time.Time `json:"time"`
-			Name    string    `json:"name"`
-			Source  string    `json:"source"`
-			State   string    `json:"state"`
-			OpenFor int64     `json:"open_for"` // nanoseconds, as slog's JSON handler writes a Duration
+			Time   time.Time `json:"time"`
+			Msg    string    `json:"msg"`
+			Name   string    `json:"name"`
+			Source string    `json:"source"`
+			State  string    `json:"state"`
+			Hold   int64     `json:"hold_for"` // nanoseconds, as slog's JSON handler writes a Duration
 		}
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("%s: unreadable log line %q: %v", m.name, line, err)
 		}
-		if e.Name != m.policy || e.Source != "fleet" || e.State != "open" {
+		if e.Name != m.policy {
 			continue
 		}
-		if w := (window{e.Time.Add(admitSlack), e.Time.Add(time.Duration(e.OpenFor))}); w.end.After(w.start) {
-			out = append(out, w)
+		follows := false
+		if cur != nil {
+			follows = e.Time.Before(cur.end)
+			cur.end = minTime(cur.end, e.Time)
+			out = append(out, *cur)
+			cur = nil
+		}
+		if e.Msg != "circuit breaker state imposed" || e.Source != "fleet" || (e.State != "open" && e.State != "half-open") {
+			continue
+		}
+		cur = &window{state: e.State, start: e.Time, end: e.Time.Add(time.Duration(e.Hold))}
+		if !follows {
+			cur.start = cur.start.Add(admitSlack)
 		}
 	}
-	return out
+	if cur != nil {
+		out = append(out, *cur)
+	}
+	return slices.DeleteFunc(out, func(w window) bool { return !w.end.After(w.start) })
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (f *fleet) forcedOpen(t *testing.T) {
