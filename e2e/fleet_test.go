@@ -188,7 +188,7 @@ func (f *fleet) seedOutage(t *testing.T) {
 					m.name, len(sent), w.state, w.start.Format(time.StampMilli), w.end.Format(time.StampMilli), sent)
 			}
 		}
-		t.Logf("%s: tripped its own breaker %v times, probed for the fleet %v times; %d windows (%v) of fleet refusal without a charge; %d charges in all",
+		t.Logf("%s: tripped its own breaker %v times, probed for the fleet %v times; %d windows (%v) of fleet refusal checked; %d charges in all",
 			m.name, tripped, probed, len(windows), checked.Round(time.Millisecond), m.edge.charges())
 	}
 	t.Logf("seed outage: %d orders %v, provider max in flight %d (outage) / %d (run), breaker %d transitions on %s, drained in %v",
@@ -286,7 +286,8 @@ func (f *fleet) forcedOpen(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for f.snoozed(t) == snoozedBefore {
 		if time.Now().After(deadline) {
-			t.Fatal("no worker snoozed a charge job within 30 s of the forced orders")
+			t.Error("no worker snoozed a charge job within 30 s of the forced orders")
+			break
 		}
 		time.Sleep(200 * time.Millisecond) // polling real processes
 	}
