@@ -292,6 +292,7 @@ func (f *fleet) forcedOpen(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // polling real processes
 	}
 	st := fullStats(t, f.sim.URL)
+	whileForced := st.TotalCharges
 	if st.MaxInFlight != 0 || st.TotalCharges != 0 || st.Declines != 0 {
 		t.Errorf("while forced open the provider saw charges: max in flight %d, %d charges, %d declines; want none",
 			st.MaxInFlight, st.TotalCharges, st.Declines)
@@ -318,7 +319,7 @@ func (f *fleet) forcedOpen(t *testing.T) {
 			t.Errorf("order %s charged %d times, want once", id, n)
 		}
 	}
-	t.Logf("forced open: %d orders deferred, 0 charges until the clear; after it %d paid, %d charges", len(ids), paid, st.TotalCharges)
+	t.Logf("forced open: %d orders deferred, %d charges until the clear; after it %d paid, %d charges", len(ids), whileForced, paid, st.TotalCharges)
 }
 
 // placeRoundRobin sends n orders, one every interval, to the checkouts in
