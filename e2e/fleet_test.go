@@ -38,7 +38,8 @@ import (
 // every order is answered 201 or 202 and paid exactly once after the
 // drain, /health never fails on any replica, and the fleet's shared state
 // reached every process — each one exported and logged the imposed open
-// state, and none sent the provider a charge while it was open.
+// state, and none sent the provider a charge while the fleet refused for
+// it (open, or half-open while another process probes).
 //
 // Then an operator forces the payment dependency open with the real
 // `checkout breaker open` under 20 req/s: every order is deferred (202),
@@ -114,7 +115,7 @@ func (f *fleet) seedOutage(t *testing.T) {
 	cfg.CheckoutURL, cfg.SimulatorURL, cfg.DatabaseURL = f.checkoutURLs(), f.sim.URL, f.dbURL
 	cfg.Rate = 30
 	cfg.DrainTimeout = 45 * time.Second
-	// Seven processes and this test share the machine: a request that goes
+	// Six processes and this test share the machine: a request that goes
 	// out late changes the figures, which are the experiment's business
 	// (scripts/experiment-fleet), not the invariants held here.
 	cfg.MaxLag = time.Second
@@ -200,7 +201,7 @@ func (f *fleet) seedOutage(t *testing.T) {
 // for it a charge it let through before may still reach its proxy: the
 // breaker admits a call before the concurrency limit's bounded wait
 // (100 ms by default), and the request is written after that by a process
-// sharing two cores with six others and this test.
+// sharing two cores with five others and this test.
 const admitSlack = 500 * time.Millisecond
 
 // window is a span in which the fleet refused every call for a process:
