@@ -44,14 +44,30 @@ const repoRoot = "../.."
 
 // apps maps each Deployment that runs one of our binaries to the Dockerfile
 // target of its container, and to the connections its process holds beyond
-// DB_MAX_CONNS (River's LISTEN/NOTIFY connection in the worker).
+// its pool of DB_MAX_CONNS: one dedicated connection per LISTEN, given the
+// process's settings (setting returns a variable's value, or the binary's
+// default). The fleet breaker's coordinator (internal/fleet) listens in
+// every process that shares the payment breaker — checkout in protected
+// mode, the only one with a breaker, and the worker; River listens in the
+// worker unless it only polls (behind PgBouncer).
 var apps = map[string]struct {
-	target     string
-	extraConns int
+	target  string
+	listens func(setting func(string) string) int
 }{
-	"checkout":   {target: "checkout"},
-	"worker":     {target: "worker", extraConns: 1},
-	"paymentsim": {target: "paymentsim"},
+	"checkout": {target: "checkout", listens: func(setting func(string) string) int {
+		return count(setting("FLEET_BREAKER") == "on" && setting("RESILIENCE_MODE") == "protected")
+	}},
+	"worker": {target: "worker", listens: func(setting func(string) string) int {
+		return count(setting("FLEET_BREAKER") == "on") + count(setting("RIVER_POLL_ONLY") != "true")
+	}},
+	"paymentsim": {target: "paymentsim", listens: func(func(string) string) int { return 0 }},
+}
+
+func count(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // routeSources lists, per binary, the directory whose code registers its
@@ -321,7 +337,13 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 		{
 			name: "more replicas than Postgres has connections for", file: checkoutYAML,
 			old: "  replicas: 3\n", new: "  replicas: 6\n",
-			wantErr: "connections: up to 173 (replicas and surge × DB_MAX_CONNS, workers' LISTEN included) > max_connections 150 - 3 reserved",
+			wantErr: "connections: up to 183 (replicas and surge × (DB_MAX_CONNS + each process's LISTEN connections)) > max_connections 150 - 3 reserved",
+		},
+		{
+			// 113 without the fleet breaker's listeners, 120 with them.
+			name: "the fleet breaker's LISTEN connections left out of the sum", file: postgres,
+			old: "max_connections=150", new: "max_connections=120",
+			wantErr: "connections: up to 120 (replicas and surge × (DB_MAX_CONNS + each process's LISTEN connections)) > max_connections 120 - 3 reserved",
 		},
 	}
 	f := readFacts(t)
@@ -1106,11 +1128,18 @@ func (c *checker) checkConnections() {
 			c.fail(w, "DB_MAX_CONNS must be set explicitly to count connections (%q)", env["DB_MAX_CONNS"].value)
 			continue
 		}
-		total += int(w.replicas+w.surge) * (n + app.extraConns)
+		bin := c.f.binaries[app.target]
+		setting := func(name string) string {
+			if v, ok := env[name]; ok {
+				return v.value
+			}
+			return bin.vars[name]
+		}
+		total += int(w.replicas+w.surge) * (n + app.listens(setting))
 	}
 	const reserved = 3 // superuser_reserved_connections' default
 	if total > maxConns-reserved {
-		c.errs = append(c.errs, fmt.Errorf("connections: up to %d (replicas and surge × DB_MAX_CONNS, workers' LISTEN included) > max_connections %d - %d reserved", total, maxConns, reserved))
+		c.errs = append(c.errs, fmt.Errorf("connections: up to %d (replicas and surge × (DB_MAX_CONNS + each process's LISTEN connections)) > max_connections %d - %d reserved", total, maxConns, reserved))
 	}
 }
 
