@@ -10,16 +10,20 @@ import (
 	"time"
 )
 
-// simulator speaks paymentsim's admin API. It is a client of its own, not the simulator's
-// types: the experiment treats the provider as an outside system, as checkout does.
+// simulator speaks the admin API of paymentsim or of catalogsim: both take faults as
+// POST /admin/faults {latency|hang|down, start_in, duration}, clear them with
+// DELETE /admin/faults and start over with POST /admin/reset. It is a client of its own, not
+// the simulators' types: the experiment treats the provider and the catalog as outside
+// systems, as checkout does.
 type simulator struct {
+	name    string // for error messages: "paymentsim" or "catalogsim"
 	baseURL string
 	token   string
 	client  *http.Client
 }
 
-func newSimulator(baseURL, token string) *simulator {
-	return &simulator{baseURL: baseURL, token: token, client: &http.Client{Timeout: 5 * time.Second}}
+func newSimulator(name, baseURL, token string) *simulator {
+	return &simulator{name: name, baseURL: baseURL, token: token, client: &http.Client{Timeout: 5 * time.Second}}
 }
 
 // providerStats is the part of GET /admin/stats the audit reads.
@@ -30,6 +34,12 @@ type providerStats struct {
 	InFlight            int            `json:"in_flight"`
 	MaxInFlight         int            `json:"max_in_flight"`
 	MaxInFlightOutage   int            `json:"max_in_flight_during_fault"`
+}
+
+// catalogPrice is one entry of catalogsim's GET /admin/prices.
+type catalogPrice struct {
+	UnitPrice int64  `json:"unit_price"`
+	Currency  string `json:"currency"`
 }
 
 // faultWindow is the body of POST /admin/faults.
@@ -55,6 +65,13 @@ func (s *simulator) stats(ctx context.Context) (providerStats, error) {
 	return st, err
 }
 
+// prices reads catalogsim's price list, SKU → price.
+func (s *simulator) prices(ctx context.Context) (map[string]catalogPrice, error) {
+	var p map[string]catalogPrice
+	err := s.do(ctx, http.MethodGet, "/admin/prices", nil, &p)
+	return p, err
+}
+
 // waitIdle waits, at most timeout, until the provider has no charge in flight.
 func (s *simulator) waitIdle(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -78,7 +95,8 @@ func (s *simulator) waitIdle(ctx context.Context, timeout time.Duration) error {
 }
 
 // scheduleFault scripts the outage relative to start. start_in is computed just before the
-// request goes out, so the window is off by at most the request's one-way trip.
+// request goes out, so the window is off by at most the request's one-way trip. Config.validate
+// has kept FaultHang away from catalogsim, which has no such fault.
 func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Time) error {
 	w := faultWindow{Duration: cfg.OutageFor.String()}
 	switch cfg.Fault {
@@ -99,13 +117,13 @@ func (s *simulator) do(ctx context.Context, method, path string, in, out any) er
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("simulator %s %s: %w", method, path, err)
+			return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, s.baseURL+path, body)
 	if err != nil {
-		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+		return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -115,18 +133,18 @@ func (s *simulator) do(ctx context.Context, method, path string, in, out any) er
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+		return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("simulator %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+		return fmt.Errorf("%s %s %s: %s: %s", s.name, method, path, resp.Status, bytes.TrimSpace(msg))
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("simulator %s %s: decode answer: %w", method, path, err)
+		return fmt.Errorf("%s %s %s: decode answer: %w", s.name, method, path, err)
 	}
 	return nil
 }

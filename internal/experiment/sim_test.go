@@ -38,7 +38,7 @@ func TestScheduleFault(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Fault = tt.fault
 			start := time.Now().Add(lead)
-			if err := newSimulator(srv.URL, "secret").scheduleFault(t.Context(), cfg, start); err != nil {
+			if err := newSimulator("paymentsim", srv.URL, "secret").scheduleFault(t.Context(), cfg, start); err != nil {
 				t.Fatal(err)
 			}
 			startIn, err := time.ParseDuration(got.StartIn)
@@ -63,7 +63,7 @@ func TestSimulatorErrors(t *testing.T) {
 		http.Error(w, `{"error":{"type":"authentication_error"}}`, http.StatusUnauthorized)
 	}))
 	t.Cleanup(srv.Close)
-	err := newSimulator(srv.URL, "").reset(t.Context())
+	err := newSimulator("paymentsim", srv.URL, "").reset(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "authentication_error") {
 		t.Errorf("reset() = %v, want an error naming the status and the simulator's message", err)
 	}
@@ -75,7 +75,7 @@ func TestSimulatorStats(t *testing.T) {
 		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7,"max_in_flight_during_fault":5}`))
 	}))
 	t.Cleanup(srv.Close)
-	got, err := newSimulator(srv.URL, "").stats(t.Context())
+	got, err := newSimulator("paymentsim", srv.URL, "").stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
