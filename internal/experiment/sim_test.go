@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/catalogsim"
 )
 
 func TestScheduleFault(t *testing.T) {
@@ -103,6 +105,15 @@ func TestConfigValidate(t *testing.T) {
 		{"no outage length", func(c *Config) { c.OutageFor = 0 }, "outage length"},
 		{"no fault needs no outage", func(c *Config) { c.Fault, c.OutageFor = FaultNone, 0 }, ""},
 		{"negative ramp", func(c *Config) { c.RateTo = -1 }, "ramp"},
+		{"catalog outage", func(c *Config) { *c = catalogConfig(CatalogOutageConfig(), *c) }, ""},
+		{"catalog cold start", func(c *Config) { *c = catalogConfig(CatalogColdStartConfig(), *c) }, ""},
+		{"catalog fault without a catalog", func(c *Config) { c.FaultTarget = TargetCatalog }, "catalog URL is required"},
+		{"catalog cannot hang", func(c *Config) {
+			*c = catalogConfig(CatalogOutageConfig(), *c)
+			c.Fault = FaultHang
+		}, "for the catalog"},
+		{"unknown target", func(c *Config) { c.FaultTarget = "inventory" }, `fault target "inventory"`},
+		{"relative catalog URL", func(c *Config) { c.CatalogURL = "localhost:8083" }, "catalog URL"},
 		{"the ramp", func(c *Config) {
 			r := RampConfig()
 			r.CheckoutURL, r.SimulatorURL, r.DatabaseURL = c.CheckoutURL, c.SimulatorURL, c.DatabaseURL
@@ -119,5 +130,71 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("validate() = %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// catalogConfig is scenario with base's URLs and a catalog.
+func catalogConfig(scenario, base Config) Config {
+	scenario.CheckoutURL, scenario.SimulatorURL, scenario.DatabaseURL = base.CheckoutURL, base.SimulatorURL, base.DatabaseURL
+	scenario.CatalogURL = "http://localhost:8083"
+	return scenario
+}
+
+// TestCatalogSimulator speaks to the real catalogsim: the fault body the experiment sends is
+// one catalogsim accepts (it rejects unknown fields), the price list decodes, and the token
+// is sent.
+func TestCatalogSimulator(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(catalogsim.New(catalogsim.Config{AdminToken: "secret"}))
+	t.Cleanup(srv.Close)
+	cat := newSimulator("catalogsim", srv.URL, "secret")
+
+	prices, err := cat.prices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sku, want := range catalogsim.Seed() {
+		if got := prices[sku]; got.UnitPrice != want.UnitPrice || got.Currency != want.Currency {
+			t.Errorf("price of %s = %+v, want %+v", sku, got, want)
+		}
+	}
+
+	for _, fault := range []FaultKind{FaultDown, FaultLatency} {
+		cfg := catalogConfig(CatalogOutageConfig(), DefaultConfig())
+		cfg.Fault, cfg.OutageLatency = fault, 2*time.Second
+		if err := cat.scheduleFault(t.Context(), cfg, time.Now().Add(lead)); err != nil {
+			t.Fatalf("schedule %s: %v", fault, err)
+		}
+	}
+	var view struct {
+		Windows []struct {
+			Fault struct {
+				Latency string `json:"latency"`
+				Down    bool   `json:"down"`
+			} `json:"fault"`
+			Start time.Time `json:"starts_at"`
+			End   time.Time `json:"ends_at"`
+		} `json:"windows"`
+	}
+	if err := cat.do(t.Context(), http.MethodGet, "/admin/faults", nil, &view); err != nil {
+		t.Fatal(err)
+	}
+	if len(view.Windows) != 2 || !view.Windows[0].Fault.Down || view.Windows[1].Fault.Latency != "2s" {
+		t.Fatalf("windows = %+v, want down, then 2s latency", view.Windows)
+	}
+	if d := view.Windows[0].End.Sub(view.Windows[0].Start); d != 10*time.Second {
+		t.Errorf("down window lasts %v, want the scenario's 10s", d)
+	}
+	if until := time.Until(view.Windows[0].Start); until < 4*time.Second || until > 5*time.Second+lead {
+		t.Errorf("down window starts in %v, want about the scenario's 5s warm-up", until)
+	}
+	if err := cat.clearFaults(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.reset(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := newSimulator("catalogsim", srv.URL, "wrong").reset(t.Context()); err == nil || !strings.Contains(err.Error(), "catalogsim POST /admin/reset: 401") {
+		t.Errorf("reset with a wrong token = %v, want a 401 naming catalogsim", err)
 	}
 }

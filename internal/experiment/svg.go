@@ -161,7 +161,7 @@ func newTimeline(r Report) timeline {
 		counts[s.Outcome]++
 		tl.Checkout = append(tl.Checkout, p)
 	}
-	tl.Legend = legend(counts, stale, r.Health.All, sc.target())
+	tl.Legend = legend(counts, stale, r.Health.All)
 	if r.Limit.Observed {
 		tl.limitLines(r.Limit, end, x)
 		add := func(color, label string) {
@@ -265,7 +265,7 @@ func outcomeColor(outcome string) string {
 
 // legend lists the checkout outcomes, the answers marked stale (only when there are any: a
 // payment run has none), the /health probes and the breaker states.
-func legend(counts map[string]int, stale int, health Summary, policy Target) []legendEntry {
+func legend(counts map[string]int, stale int, health Summary) []legendEntry {
 	var entries []legendEntry
 	add := func(color, label, outline string) {
 		entries = append(entries, legendEntry{Y: legendTop + legendLineStep*float64(len(entries)), Color: color, Label: label, Outline: outline})
@@ -280,7 +280,7 @@ func legend(counts map[string]int, stale int, health Summary, policy Target) []l
 	add("#ffffff", fmt.Sprintf("/health 200 (%d)", health.Outcomes["200"]), "#212121")
 	add("#e53935", fmt.Sprintf("/health failed (%d)", failed), "#212121")
 	for _, st := range breakerStates {
-		add(breakerColors[st], string(policy)+" breaker "+st, "")
+		add(breakerColors[st], "breaker "+st, "")
 	}
 	return entries
 }
