@@ -73,7 +73,7 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: experiment [run|ramp|catalog-outage|catalog-cold] [flags]\n       experiment report FILE.json...\n\n"+
 			"run (the default) is the provider outage, ramp the healthy 10 → 80 req/s ramp, catalog-outage the catalog down for 10 s\n"+
-			"after a 5 s warm-up, catalog-cold the catalog down from t=0 against a cold cache (both need -catalog); the flags'\n"+
+			"after a 5 s warm-up (25 s in all), catalog-cold the catalog down from t=0 against a cold cache (both need -catalog); the flags'\n"+
 			"defaults are the chosen scenario's.\n\nflags:")
 		fs.PrintDefaults()
 	}

@@ -122,14 +122,15 @@ func RampConfig() Config {
 	return c
 }
 
-// CatalogOutageConfig returns the catalog's outage: 20 req/s for 20 s, the catalog down for
+// CatalogOutageConfig returns the catalog's outage: 20 req/s for 25 s, the catalog down for
 // 10 s after a 5 s warm-up in which the load orders every SKU of the price list many times
-// over, so the stale cache holds all of them when the catalog goes. The payment provider stays
-// healthy. CatalogURL must be set.
+// over, so the stale cache holds all of them when the catalog goes. The 10 s after the outage
+// leave time for the catalog breaker, whose open time grows with each failed probe, to close
+// again. The payment provider stays healthy. CatalogURL must be set.
 func CatalogOutageConfig() Config {
 	c := DefaultConfig()
 	c.FaultTarget, c.Fault = TargetCatalog, FaultDown
-	c.Duration, c.OutageStart, c.OutageFor, c.OutageLatency = 20*time.Second, 5*time.Second, 10*time.Second, 0
+	c.Duration, c.OutageStart, c.OutageFor, c.OutageLatency = 25*time.Second, 5*time.Second, 10*time.Second, 0
 	return c
 }
 
