@@ -52,7 +52,7 @@ var breakerColors = map[string]string{"closed": "#a5d6a7", "half-open": "#fff176
 const limitColor, inFlightColor = "#4a148c", "#00838f"
 
 // staleColor rings an answer checked against stale catalog prices.
-const staleColor = "#ff6f00"
+const staleColor = "#d81b60"
 
 type timeline struct {
 	Width, Height, Left, Right, Top, Bottom, PlotHeight, TickEnd float64
