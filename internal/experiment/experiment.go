@@ -250,13 +250,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := sim.waitIdle(ctx, cfg.DrainTimeout); err != nil {
 		return Report{}, err
 	}
-	defer func() {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := sim.clearFaults(cleanup); err != nil {
-			log.Warn("could not clear the simulator's faults", "err", err)
-		}
-	}()
+	defer sim.clearFaultsOnExit(ctx, log)
 	if err := sim.reset(ctx); err != nil {
 		return Report{}, err
 	}
@@ -264,24 +258,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	faulted := sim
 	if cfg.CatalogURL != "" {
 		cat := newSimulator("catalogsim", cfg.CatalogURL, cfg.CatalogToken)
-		defer func() {
-			cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := cat.clearFaults(cleanup); err != nil {
-				log.Warn("could not clear the catalog simulator's faults", "err", err)
-			}
-		}()
-		if err := cat.clearFaults(ctx); err != nil {
-			return Report{}, err
-		}
-		if err := cat.reset(ctx); err != nil {
-			return Report{}, err
-		}
-		prices, err := cat.prices(ctx)
-		if err != nil {
-			return Report{}, err
-		}
-		if load.items, err = catalogItems(prices); err != nil {
+		defer cat.clearFaultsOnExit(ctx, log)
+		if load.items, err = cat.startCatalog(ctx); err != nil {
 			return Report{}, err
 		}
 		if cfg.target() == TargetCatalog {
@@ -318,9 +296,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	r := newReport(cfg, start, samples, lag, breaker, limit, audit)
-	r.Cache = cache
-	return r, nil
+	return newReport(cfg, start, samples, lag, breaker, limit, cache, audit), nil
 }
 
 // newRunID names a run's orders, so the audit finds exactly this run's rows in a database

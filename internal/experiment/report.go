@@ -60,7 +60,7 @@ type Phases struct {
 	Healthy Summary `json:"healthy"`
 }
 
-func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, l Limit, a Audit) Report {
+func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, l Limit, c Cache, a Audit) Report {
 	phases := func(p Probe) Phases {
 		during := func(s Sample) bool { return cfg.inOutage(time.Duration(s.At)) }
 		return Phases{
@@ -80,7 +80,7 @@ func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration,
 	return Report{
 		Label: cfg.Label, StartedAt: start.UTC(), Scenario: sc,
 		Checkout: phases(ProbeCheckout), Health: phases(ProbeHealth),
-		Breaker: b, Limit: l, Audit: a, WorstLag: Millis(lag), Samples: samples,
+		Breaker: b, Limit: l, Cache: c, Audit: a, WorstLag: Millis(lag), Samples: samples,
 	}
 }
 

@@ -39,7 +39,7 @@ func sampleReport(t *testing.T) Report {
 		{At: d(900), Limit: 3, InFlight: 6}, {At: d(1000), Limit: 1, InFlight: 6}, {At: d(4200), Limit: 5, InFlight: 4},
 	}}
 	audit := Audit{Acknowledged: 4, Accepted: 4, Stored: 5, Paid: 5, ProviderMaxInFlight: 6, ProviderMaxInFlightOutage: 4, Drained: true, Lost: []string{}}
-	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, limit, audit)
+	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, limit, Cache{}, audit)
 }
 
 func TestNewReportPhases(t *testing.T) {
@@ -238,9 +238,8 @@ func catalogReport(t *testing.T) Report {
 	}}
 	limit := Limit{Observed: true, Points: []LimitPoint{{At: d(0), Limit: 4}, {At: d(6400), Limit: 1, InFlight: 1}}}
 	audit := Audit{Acknowledged: 5, Accepted: 5, Stored: 5, Paid: 4, StillPending: 0, Drained: true, Lost: []string{}}
-	r := newReport(cfg, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), samples, 2*time.Millisecond, breaker, limit, audit)
-	r.Cache = Cache{Observed: true, Lookups: map[string]int{"hit": 2, "miss": 1, "stale": 3, "unavailable": 3}}
-	return r
+	cache := Cache{Observed: true, Lookups: map[string]int{"hit": 2, "miss": 1, "stale": 3, "unavailable": 3}}
+	return newReport(cfg, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), samples, 2*time.Millisecond, breaker, limit, cache, audit)
 }
 
 func TestWriteMarkdownCatalog(t *testing.T) {

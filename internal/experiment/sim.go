@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -57,6 +58,32 @@ func (s *simulator) reset(ctx context.Context) error {
 
 func (s *simulator) clearFaults(ctx context.Context) error {
 	return s.do(ctx, http.MethodDelete, "/admin/faults", nil, nil)
+}
+
+// clearFaultsOnExit clears the simulator's faults at the end of a run, whatever ended it: a
+// cancelled run too, with a few seconds of its own.
+func (s *simulator) clearFaultsOnExit(ctx context.Context, log *slog.Logger) {
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.clearFaults(cleanup); err != nil {
+		log.Warn("could not clear the simulator's faults", "simulator", s.name, "err", err)
+	}
+}
+
+// startCatalog readies catalogsim for a run — no faults, the seed price list — and returns
+// what the run's orders buy: its SKUs at its prices.
+func (s *simulator) startCatalog(ctx context.Context) ([]pricedItem, error) {
+	if err := s.clearFaults(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.reset(ctx); err != nil {
+		return nil, err
+	}
+	prices, err := s.prices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return catalogItems(prices)
 }
 
 func (s *simulator) stats(ctx context.Context) (providerStats, error) {

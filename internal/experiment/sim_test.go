@@ -188,11 +188,16 @@ func TestCatalogSimulator(t *testing.T) {
 	if until := time.Until(view.Windows[0].Start); until < 4*time.Second || until > 5*time.Second+lead {
 		t.Errorf("down window starts in %v, want about the scenario's 5s warm-up", until)
 	}
-	if err := cat.clearFaults(t.Context()); err != nil {
+	// A run starts the catalog afresh: no faults, and orders for every SKU of its list.
+	items, err := cat.startCatalog(t.Context())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cat.reset(t.Context()); err != nil {
-		t.Fatal(err)
+	if err := cat.do(t.Context(), http.MethodGet, "/admin/faults", nil, &view); err != nil || len(view.Windows) != 0 {
+		t.Errorf("after startCatalog: windows %+v, err %v; want none", view.Windows, err)
+	}
+	if len(items) != len(catalogsim.Seed()) || items[0] != (pricedItem{SKU: "SKU-1", UnitPrice: 1299, Currency: "USD"}) {
+		t.Errorf("items = %+v, want the seed catalog's SKUs, SKU-1 first", items)
 	}
 	if err := newSimulator("catalogsim", srv.URL, "wrong").reset(t.Context()); err == nil || !strings.Contains(err.Error(), "catalogsim POST /admin/reset: 401") {
 		t.Errorf("reset with a wrong token = %v, want a 401 naming catalogsim", err)
