@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment bench compose-smoke chaos
+.PHONY: test build migrate run up lint experiment experiment-catalog bench compose-smoke chaos
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -29,6 +29,10 @@ run: build
 ## experiment: the outage scenario for every mode at 20 and 40 req/s, stack as local processes; writes results/
 experiment:
 	GO=$(GO) scripts/experiment
+
+## experiment-catalog: the catalog down for 10 s under 20 req/s after a warm-up (stale cache), with a 5 s staleness bound, and from t=0 with a cold cache; local processes; writes results/
+experiment-catalog:
+	GO=$(GO) scripts/experiment-catalog
 
 ## bench: orders/s of the real binaries against a one-transaction baseline, on a PostgreSQL 15 of its own at default settings; writes results/ (flags: BENCH_FLAGS="-runs 5")
 bench:

@@ -2,22 +2,30 @@ package main
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
+	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running checkout for every
-// metric deploy/'s dashboard and alert rules read from it.
+// metric deploy/'s dashboard and alert rules read from it. Checkout runs with
+// the price check on (CATALOG_URL pointing at the catalog simulator): only
+// then does it build the catalog policy and cache, and export the catalog_*
+// and resilience_*{name="catalog"} series the catalog panels read.
 func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	t.Parallel()
 	sim := simtest.Start(t, 0)
+	cat := httptest.NewServer(catalogsim.New(catalogsim.Config{}))
+	t.Cleanup(cat.Close)
 	p := startCheckout(t, dbtest.URL(t), sim.URL, map[string]string{
+		"CATALOG_URL": cat.URL,
 		// One failed call opens the breaker, so a breaker transition (a
 		// series that exists only once one happened) takes one order.
 		"BREAKER_WINDOW":       "1",
@@ -34,8 +42,11 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST /orders: %s, want 201 or 202 (orderBody at the catalog's prices)", resp.Status)
+		}
 	}
-	post(orderBody)
+	post(orderBody) // 201, its prices checked against the catalog
 	get(t, p.URL+"/health")
 	sim.Fault(t, `{"down":true}`)
 	post(orderBody) // 202: breaker closed → open

@@ -1,8 +1,11 @@
 // Command experiment drives the outage scenario of DESIGN.md against a running stack and
 // reports it: a Markdown table on stdout, and optionally the run as JSON and an SVG timeline.
 // `experiment ramp` runs DESIGN.md's ramp instead: the provider healthy, checkout from 10 to
-// 80 req/s over 20 s, to watch the concurrency limit track rate × latency. `experiment report
-// FILE...` combines JSON reports of several runs into one Markdown table.
+// 80 req/s over 20 s, to watch the concurrency limit track rate × latency. `experiment
+// catalog-outage` faults the product catalog instead (catalogsim down for 10 s after a 5 s
+// warm-up, checkout answering from its stale price cache), and `experiment catalog-cold` takes
+// the catalog down from t=0 against a cold cache. `experiment report FILE...` combines JSON
+// reports of several runs into one Markdown table.
 package main
 
 import (
@@ -51,6 +54,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "ramp":
 			cfg = experiment.RampConfig()
 			args = args[1:]
+		case "catalog-outage":
+			cfg = experiment.CatalogOutageConfig()
+			args = args[1:]
+		case "catalog-cold":
+			cfg = experiment.CatalogColdStartConfig()
+			args = args[1:]
 		}
 	}
 	return scenario(ctx, cfg, args[1:], getenv, stdout, stderr)
@@ -62,25 +71,33 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	fs := flag.NewFlagSet("experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: experiment [run|ramp] [flags]\n       experiment report FILE.json...\n\n"+
-			"run (the default) is the outage scenario, ramp the healthy 10 → 80 req/s ramp; the flags' defaults are the outage's.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: experiment [run|ramp|catalog-outage|catalog-cold] [flags]\n       experiment report FILE.json...\n\n"+
+			"run (the default) is the provider outage, ramp the healthy 10 → 80 req/s ramp, catalog-outage the catalog down for 10 s\n"+
+			"after a 5 s warm-up (25 s in all), catalog-cold the catalog down from t=0 against a cold cache (both need -catalog); the flags'\n"+
+			"defaults are the chosen scenario's.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.CheckoutURL, "checkout", "http://localhost:8080", "checkout API base `URL`, or several separated by commas (round-robin)")
 	fs.StringVar(&cfg.SimulatorURL, "simulator", "http://localhost:8082", "paymentsim base `URL` (its admin API)")
 	fs.StringVar(&cfg.SimulatorToken, "simulator-token", getenv("PAYMENTSIM_ADMIN_TOKEN"), "paymentsim admin bearer `token` (default $PAYMENTSIM_ADMIN_TOKEN)")
+	fs.StringVar(&cfg.CatalogURL, "catalog", "", "catalogsim base `URL` when checkout checks prices against it (CATALOG_URL): orders then buy its SKUs at its prices")
+	fs.StringVar(&cfg.CatalogToken, "catalog-token", getenv("CATALOGSIM_ADMIN_TOKEN"), "catalogsim admin bearer `token` (default $CATALOGSIM_ADMIN_TOKEN)")
+	fs.Func("fault-target", "dependency the fault is scripted on: payment or catalog (default payment; catalog for the catalog scenarios)", func(s string) error {
+		cfg.FaultTarget = experiment.Target(s)
+		return nil
+	})
 	fs.StringVar(&cfg.DatabaseURL, "database", getenv("DATABASE_URL"), "checkout's PostgreSQL `URL`, for the audit (default $DATABASE_URL)")
 	fs.StringVar(&cfg.Label, "label", "", "name of the run in reports, e.g. the resilience mode under test")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "checkout requests per second (at the start, for a ramp)")
 	fs.Float64Var(&cfg.RateTo, "rate-to", cfg.RateTo, "ramp the rate linearly to this many requests per second at the end (0: constant rate)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long load and probes run")
-	fs.DurationVar(&cfg.OutageStart, "outage-start", cfg.OutageStart, "when the provider fault begins, from the start")
-	fs.DurationVar(&cfg.OutageFor, "outage-for", cfg.OutageFor, "how long the provider fault lasts")
-	fs.Func("fault", "provider fault: latency, down, hang or none (default latency; none for the ramp)", func(s string) error {
+	fs.DurationVar(&cfg.OutageStart, "outage-start", cfg.OutageStart, "when the fault begins, from the start")
+	fs.DurationVar(&cfg.OutageFor, "outage-for", cfg.OutageFor, "how long the fault lasts")
+	fs.Func("fault", "fault: latency, down, hang (provider only) or none (default latency; none for the ramp; down for the catalog scenarios)", func(s string) error {
 		cfg.Fault = experiment.FaultKind(s)
 		return nil
 	})
-	fs.DurationVar(&cfg.OutageLatency, "outage-latency", cfg.OutageLatency, "latency the provider adds during a latency fault")
+	fs.DurationVar(&cfg.OutageLatency, "outage-latency", cfg.OutageLatency, "latency the faulted dependency adds during a latency fault")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "when a checkout client gives up")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", cfg.HealthInterval, "time between /health probes")
 	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", cfg.HealthTimeout, "when a /health probe gives up")

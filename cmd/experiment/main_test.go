@@ -21,6 +21,11 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"report without files", []string{"experiment", "report"}, "usage"},
 		{"ramp without database", []string{"experiment", "ramp", "-rate-to", "60"}, "database URL"},
 		{"ramp going negative", []string{"experiment", "ramp", "-database", "postgres://localhost/x", "-rate-to", "-5"}, "ramp end rate"},
+		{"catalog outage without a catalog", []string{"experiment", "catalog-outage", "-database", "postgres://localhost/x"}, "catalog URL is required"},
+		{"catalog cold start without a catalog", []string{"experiment", "catalog-cold", "-database", "postgres://localhost/x"}, "catalog URL is required"},
+		{"hang is not a catalog fault", []string{"experiment", "catalog-outage", "-database", "postgres://localhost/x", "-catalog", "http://localhost:8083", "-fault", "hang"}, "for the catalog"},
+		{"unknown fault target", []string{"experiment", "-database", "postgres://localhost/x", "-fault-target", "inventory"}, `fault target "inventory"`},
+		{"relative catalog URL", []string{"experiment", "-database", "postgres://localhost/x", "-catalog", "localhost:8083"}, "catalog URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,16 +12,13 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// breakerName is the checkout policy in front of the payment provider: its breaker's and its
-// concurrency limit's name label.
-const breakerName = "payment"
-
 // Breaker states as resilience_breaker_state exports them (0, 1, 2).
 var breakerStates = []string{"closed", "half-open", "open"}
 
-// Breaker is what a run saw of checkout's payment breaker.
+// Breaker is what a run saw of the breaker of checkout's policy for the faulted dependency
+// (its name label is the Target: payment or catalog).
 type Breaker struct {
-	// Observed is false when checkout exports no payment breaker (modes none and timeout).
+	// Observed is false when checkout exports no such breaker (modes none and timeout).
 	Observed bool   `json:"observed"`
 	Initial  string `json:"initial,omitempty"`
 	// Transitions are the state changes seen by polling /metrics; a change and its reversal
@@ -41,7 +38,8 @@ type Transition struct {
 	To   string `json:"to"`
 }
 
-// Limit is what a run saw of checkout's payment concurrency limit, one point per /metrics read.
+// Limit is what a run saw of the concurrency limit of checkout's policy for the faulted
+// dependency, one point per /metrics read.
 type Limit struct {
 	// Observed is false when checkout exports no limit (modes none and timeout).
 	Observed bool         `json:"observed"`
@@ -70,6 +68,15 @@ func (l Limit) Range() (lo, hi int) {
 	return lo, hi
 }
 
+// Cache is what a run saw of checkout's catalog price cache: the increase of
+// catalog_cache_lookups_total during the run, by result (hit, miss, stale, unavailable; each
+// SKU of an order's check counts once).
+type Cache struct {
+	// Observed is false when checkout exports no cache: it runs without CATALOG_URL.
+	Observed bool           `json:"observed"`
+	Lookups  map[string]int `json:"lookups,omitempty"`
+}
+
 // breakerReading is one parse of /metrics.
 type breakerReading struct {
 	found       bool
@@ -79,17 +86,21 @@ type breakerReading struct {
 	limitFound bool
 	limit      int // resilience_concurrency_limit
 	inFlight   int // resilience_bulkhead_in_use: calls holding a slot of the limit
+
+	cacheFound bool
+	cache      map[string]int // catalog_cache_lookups_total, cumulative, by result
 }
 
-// parseBreaker reads the named breaker's state and transition counters, and the named
-// policy's concurrency limit and calls in flight, from a Prometheus text exposition.
+// parseBreaker reads the named breaker's state and transition counters, the named policy's
+// concurrency limit and calls in flight, and the catalog cache's lookups, from a Prometheus
+// text exposition.
 func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return breakerReading{}, fmt.Errorf("parse metrics: %w", err)
 	}
-	reading := breakerReading{transitions: make(map[string]int)}
+	reading := breakerReading{transitions: make(map[string]int), cache: make(map[string]int)}
 	for _, m := range families["resilience_breaker_state"].GetMetric() {
 		if label(m.GetLabel(), "name") != name {
 			continue
@@ -115,6 +126,10 @@ func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 		if label(m.GetLabel(), "name") == name {
 			reading.inFlight = int(value(m))
 		}
+	}
+	for _, m := range families["catalog_cache_lookups_total"].GetMetric() {
+		reading.cacheFound = true
+		reading.cache[label(m.GetLabel(), "result")] = int(value(m))
 	}
 	return reading, nil
 }
@@ -152,12 +167,13 @@ func watchBreaker(ctx context.Context, cfg Config, start time.Time) *breakerWatc
 	w := &breakerWatch{cancel: cancel, done: make(chan struct{})}
 	client := &http.Client{Timeout: 10 * cfg.MetricsInterval}
 	url := cfg.checkouts()[0] + "/metrics"
+	policy := string(cfg.target())
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(cfg.MetricsInterval)
 		defer tick.Stop()
 		for {
-			reading, err := readMetrics(ctx, client, url)
+			reading, err := readMetrics(ctx, client, url, policy)
 			switch {
 			case err == nil:
 				w.seen.observe(reading, time.Since(start))
@@ -175,17 +191,19 @@ func watchBreaker(ctx context.Context, cfg Config, start time.Time) *breakerWatc
 }
 
 // stop ends the polling and returns what it saw.
-func (w *breakerWatch) stop() (Breaker, Limit) {
+func (w *breakerWatch) stop() (Breaker, Limit, Cache) {
 	w.cancel()
 	<-w.done
-	return w.seen.result, w.seen.limit
+	return w.seen.result, w.seen.limit, w.seen.cache
 }
 
-// breakerTracker folds successive readings into a Breaker and a Limit.
+// breakerTracker folds successive readings into a Breaker, a Limit and a Cache.
 type breakerTracker struct {
-	result Breaker
-	first  map[string]int // the transition counters at the first reading
-	limit  Limit
+	result     Breaker
+	first      map[string]int // the transition counters at the first reading
+	limit      Limit
+	cache      Cache
+	firstCache map[string]int // the cache's lookup counters at the first reading
 }
 
 // observe records reading r, taken at offset at from the run's start.
@@ -193,6 +211,17 @@ func (t *breakerTracker) observe(r breakerReading, at time.Duration) {
 	if r.limitFound {
 		t.limit.Observed = true
 		t.limit.Points = append(t.limit.Points, LimitPoint{At: Millis(at), Limit: r.limit, InFlight: r.inFlight})
+	}
+	if r.cacheFound {
+		if !t.cache.Observed {
+			t.cache.Observed, t.firstCache = true, r.cache
+		}
+		t.cache.Lookups = make(map[string]int)
+		for k, v := range r.cache {
+			if d := v - t.firstCache[k]; d > 0 {
+				t.cache.Lookups[k] = d
+			}
+		}
 	}
 	b := &t.result
 	if !r.found {
@@ -217,7 +246,7 @@ func (t *breakerTracker) observe(r breakerReading, at time.Duration) {
 	}
 }
 
-func readMetrics(ctx context.Context, client *http.Client, url string) (breakerReading, error) {
+func readMetrics(ctx context.Context, client *http.Client, url, policy string) (breakerReading, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return breakerReading{}, err
@@ -230,5 +259,5 @@ func readMetrics(ctx context.Context, client *http.Client, url string) (breakerR
 	if resp.StatusCode != http.StatusOK {
 		return breakerReading{}, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return parseBreaker(resp.Body, breakerName)
+	return parseBreaker(resp.Body, policy)
 }

@@ -133,3 +133,41 @@ func TestLimitTracker(t *testing.T) {
 		t.Errorf("point 2 = %+v", p)
 	}
 }
+
+func TestParseCacheLookups(t *testing.T) {
+	t.Parallel()
+	text := exposition + `# TYPE catalog_cache_lookups_total counter
+catalog_cache_lookups_total{result="hit"} 40
+catalog_cache_lookups_total{result="stale"} 7
+`
+	got, err := parseBreaker(strings.NewReader(text), "catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"hit": 40, "stale": 7}; !got.cacheFound || !maps.Equal(got.cache, want) {
+		t.Errorf("cache found %v, %v; want true, %v", got.cacheFound, got.cache, want)
+	}
+	none, err := parseBreaker(strings.NewReader(exposition), "payment")
+	if err != nil || none.cacheFound {
+		t.Errorf("without a catalog: cache found %v, err %v; want false, nil", none.cacheFound, err)
+	}
+}
+
+// TestCacheTracker: the run's lookups are the counters' increase from the first reading, so
+// an earlier run's lookups on the same checkout are not counted.
+func TestCacheTracker(t *testing.T) {
+	t.Parallel()
+	var tr breakerTracker
+	tr.observe(breakerReading{cacheFound: true, cache: map[string]int{"hit": 10, "miss": 4}}, -50*time.Millisecond)
+	tr.observe(breakerReading{cacheFound: true, cache: map[string]int{"hit": 30, "miss": 4, "stale": 12}}, time.Second)
+	tr.observe(breakerReading{cacheFound: true, cache: map[string]int{"hit": 31, "miss": 6, "stale": 20, "unavailable": 3}}, 2*time.Second)
+	want := map[string]int{"hit": 21, "miss": 2, "stale": 20, "unavailable": 3}
+	if !tr.cache.Observed || !maps.Equal(tr.cache.Lookups, want) {
+		t.Errorf("cache = %+v, want observed lookups %v", tr.cache, want)
+	}
+	var without breakerTracker
+	without.observe(breakerReading{found: true, state: "closed"}, 0)
+	if without.cache.Observed {
+		t.Error("a checkout without a catalog cache: cache observed")
+	}
+}

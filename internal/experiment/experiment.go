@@ -1,7 +1,8 @@
 // Package experiment reproduces the article's outage measurement against a running stack
 // (DESIGN.md, "Experiment"). It drives checkout with an open-loop load while probing /health,
-// scripts a provider fault through the simulator's admin API, follows the payment breaker and
-// concurrency limit through checkout's /metrics, then waits for the worker to drain the deferred orders and
+// scripts a fault through a simulator's admin API — the payment provider's (paymentsim) or the
+// product catalog's (catalogsim) — follows the faulted dependency's breaker and concurrency
+// limit through checkout's /metrics, then waits for the worker to drain the deferred orders and
 // audits Postgres and the provider's ledger.
 //
 // A run whose own load generator fell behind schedule is refused with a *ScheduleError: late
@@ -10,6 +11,7 @@
 package experiment
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,6 +37,15 @@ const (
 	FaultNone    FaultKind = "none"    // no fault: the provider stays healthy (the ramp)
 )
 
+// Target is the dependency a run faults, named as checkout's resilience policy for it is.
+type Target string
+
+// The dependencies a run can fault.
+const (
+	TargetPayment Target = "payment" // the payment provider, through paymentsim's admin API
+	TargetCatalog Target = "catalog" // the product catalog, through catalogsim's admin API
+)
+
 // Config describes one run. DefaultConfig returns DESIGN.md's scenario; the URLs must be set.
 type Config struct {
 	// CheckoutURL is checkout's API base URL, e.g. http://localhost:8080, or several
@@ -44,6 +55,16 @@ type Config struct {
 	SimulatorURL   string // paymentsim base URL (its admin API), e.g. http://localhost:8082
 	SimulatorToken string // bearer token of the simulator's admin API, if it has one
 	DatabaseURL    string // the Postgres checkout writes to, for the audit
+
+	// CatalogURL is catalogsim's base URL, e.g. http://localhost:8083, when checkout checks
+	// prices against it (CATALOG_URL): the run then resets it, orders the SKUs of its price
+	// list at its prices, and clears its faults afterwards. Empty: checkout trusts prices, and
+	// every order is one SKU-1 at 1299 USD.
+	CatalogURL   string
+	CatalogToken string // bearer token of catalogsim's admin API, if it has one
+
+	// FaultTarget is the dependency the fault is scripted on; empty means TargetPayment.
+	FaultTarget Target
 
 	// Label names the run in reports, typically the resilience mode under test.
 	Label string
@@ -101,6 +122,30 @@ func RampConfig() Config {
 	return c
 }
 
+// CatalogOutageConfig returns the catalog's outage: 20 req/s for 25 s, the catalog down for
+// 10 s after a 5 s warm-up in which the load orders every SKU of the price list many times
+// over, so the stale cache holds all of them when the catalog goes. The 10 s after the outage
+// leave time for the catalog breaker, whose open time grows with each failed probe, to close
+// again. The payment provider stays healthy. CatalogURL must be set.
+func CatalogOutageConfig() Config {
+	c := DefaultConfig()
+	c.FaultTarget, c.Fault = TargetCatalog, FaultDown
+	c.Duration, c.OutageStart, c.OutageFor, c.OutageLatency = 25*time.Second, 5*time.Second, 10*time.Second, 0
+	return c
+}
+
+// CatalogColdStartConfig returns the catalog down from t=0 for 5 s of a 10 s run at 20 req/s,
+// against a checkout that has not looked up a price yet: there is no stale answer to fall
+// back on. CatalogURL must be set.
+func CatalogColdStartConfig() Config {
+	c := CatalogOutageConfig()
+	c.Duration, c.OutageStart, c.OutageFor = 10*time.Second, 0, 5*time.Second
+	return c
+}
+
+// target returns the faulted dependency, TargetPayment when unset.
+func (c Config) target() Target { return cmp.Or(c.FaultTarget, TargetPayment) }
+
 // checkouts returns the checkout base URLs of CheckoutURL.
 func (c Config) checkouts() []string { return strings.Split(c.CheckoutURL, ",") }
 
@@ -110,6 +155,9 @@ func (c Config) validate() error {
 	for _, raw := range c.checkouts() {
 		urls = append(urls, [2]string{"checkout URL", raw})
 	}
+	if c.CatalogURL != "" {
+		urls = append(urls, [2]string{"catalog URL", c.CatalogURL})
+	}
 	for _, u := range urls {
 		if parsed, err := url.Parse(u[1]); err != nil || parsed.Scheme == "" || parsed.Host == "" {
 			errs = append(errs, fmt.Errorf("%s %q is not an absolute URL", u[0], u[1]))
@@ -118,10 +166,26 @@ func (c Config) validate() error {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("database URL is required for the audit"))
 	}
-	switch c.Fault {
-	case FaultLatency, FaultDown, FaultHang, FaultNone:
+	switch c.target() {
+	case TargetPayment:
+		switch c.Fault {
+		case FaultLatency, FaultDown, FaultHang, FaultNone:
+		default:
+			errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang, none", c.Fault))
+		}
+	case TargetCatalog:
+		if c.CatalogURL == "" {
+			errs = append(errs, errors.New("catalog URL is required to fault the catalog"))
+		}
+		// catalogsim has no hang: a read that never answers is a latency fault longer than
+		// checkout's catalog budget.
+		switch c.Fault {
+		case FaultLatency, FaultDown, FaultNone:
+		default:
+			errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, none for the catalog", c.Fault))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang, none", c.Fault))
+		errs = append(errs, fmt.Errorf("fault target %q is not one of payment, catalog", c.FaultTarget))
 	}
 	if c.Rate <= 0 {
 		errs = append(errs, errors.New("rate must be positive"))
@@ -160,7 +224,7 @@ func (c Config) inOutage(at time.Duration) bool {
 // first request goes out on time and the breaker's state before the load is known.
 const lead = 100 * time.Millisecond
 
-// Run performs one run and reports it. It leaves the simulator without faults, whatever
+// Run performs one run and reports it. It leaves the simulators without faults, whatever
 // happens. The error is a *ScheduleError when the run must not be reported.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.validate(); err != nil {
@@ -176,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 
-	sim := newSimulator(cfg.SimulatorURL, cfg.SimulatorToken)
+	sim := newSimulator("paymentsim", cfg.SimulatorURL, cfg.SimulatorToken)
 	// Each run starts from a clean, idle provider, so max in-flight and the ledger are this
 	// run's alone: the simulator finishes requests whose client left, for as long as the
 	// injected latency of an earlier run.
@@ -186,17 +250,22 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := sim.waitIdle(ctx, cfg.DrainTimeout); err != nil {
 		return Report{}, err
 	}
-	defer func() {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := sim.clearFaults(cleanup); err != nil {
-			log.Warn("could not clear the simulator's faults", "err", err)
-		}
-	}()
+	defer sim.clearFaultsOnExit(ctx, log)
 	if err := sim.reset(ctx); err != nil {
 		return Report{}, err
 	}
 	load := newLoad(cfg, newRunID())
+	faulted := sim
+	if cfg.CatalogURL != "" {
+		cat := newSimulator("catalogsim", cfg.CatalogURL, cfg.CatalogToken)
+		defer cat.clearFaultsOnExit(ctx, log)
+		if load.items, err = cat.startCatalog(ctx); err != nil {
+			return Report{}, err
+		}
+		if cfg.target() == TargetCatalog {
+			faulted = cat
+		}
+	}
 	if err := load.ready(ctx); err != nil {
 		return Report{}, err
 	}
@@ -204,14 +273,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now().Add(lead)
 	watch := watchBreaker(ctx, cfg, start)
 	if cfg.Fault != FaultNone {
-		if err := sim.scheduleFault(ctx, cfg, start); err != nil {
+		if err := faulted.scheduleFault(ctx, cfg, start); err != nil {
 			watch.stop()
 			return Report{}, err
 		}
 	}
-	log.Info("load started", "label", cfg.Label, "rate", cfg.Rate, "rate_to", cfg.RateTo, "duration", cfg.Duration)
+	log.Info("load started", "label", cfg.Label, "rate", cfg.Rate, "rate_to", cfg.RateTo, "duration", cfg.Duration,
+		"fault_target", cfg.target(), "skus", len(load.items))
 	samples := load.drive(ctx, start)
-	breaker, limit := watch.stop()
+	breaker, limit, cache := watch.stop()
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
@@ -226,7 +296,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return newReport(cfg, start, samples, lag, breaker, limit, audit), nil
+	return newReport(cfg, start, samples, lag, breaker, limit, cache, audit), nil
 }
 
 // newRunID names a run's orders, so the audit finds exactly this run's rows in a database

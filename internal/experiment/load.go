@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +42,22 @@ type Sample struct {
 	Latency Millis `json:"latency_ms"`
 	Outcome string `json:"outcome"`
 	OrderID string `json:"order_id,omitempty"` // the order an acknowledged checkout names
+	// Stale reports that checkout marked the answer's prices stale: checked against cached
+	// catalog prices while the catalog was unavailable (the Catalog-Prices header).
+	Stale bool `json:"stale,omitempty"`
+	// RetryAfter is the answer's Retry-After header, as sent.
+	RetryAfter string `json:"retry_after,omitempty"`
+}
+
+// stalePricesHeader is the header checkout marks an answer with when it checked the order's
+// prices against cached ones while the catalog was unavailable: "Catalog-Prices: stale;
+// age=95" (README, "The catalog protocol"). The experiment reads it as any client would.
+const stalePricesHeader = "Catalog-Prices"
+
+// isStale reports whether a Catalog-Prices value says "stale", its first item.
+func isStale(v string) bool {
+	item, _, _ := strings.Cut(v, ";")
+	return strings.TrimSpace(item) == "stale"
 }
 
 // load issues the run's requests. Checkout and /health get their own transports so that
@@ -48,18 +66,47 @@ type load struct {
 	cfg        Config
 	runID      string
 	customerID string
-	orders     *http.Client
-	health     *http.Client
+	// items are what the orders buy, one item each, in turn: the catalog's SKUs at the
+	// catalog's prices when checkout checks them, so that every order passes the check.
+	items  []pricedItem
+	orders *http.Client
+	health *http.Client
 }
+
+// pricedItem is a SKU with its price as the catalog lists it.
+type pricedItem struct {
+	SKU       string
+	UnitPrice int64
+	Currency  string
+}
+
+// defaultItems is what orders buy when checkout trusts the client's prices: catalogsim's
+// SKU-1 at its seed price, so that the same load also passes a price check.
+var defaultItems = []pricedItem{{SKU: "SKU-1", UnitPrice: 1299, Currency: "USD"}}
 
 func newLoad(cfg Config, runID string) *load {
 	return &load{
 		cfg:        cfg,
 		runID:      runID,
 		customerID: "experiment-" + runID,
+		items:      defaultItems,
 		orders:     &http.Client{Transport: newTransport()},
 		health:     &http.Client{Transport: newTransport()},
 	}
+}
+
+// catalogItems turns catalogsim's price list into the items orders buy, sorted by SKU so that
+// runs against the same catalog order the same SKUs in the same turn.
+func catalogItems(prices map[string]catalogPrice) ([]pricedItem, error) {
+	if len(prices) == 0 {
+		return nil, errors.New("the catalog lists no SKU: every order would be rejected as unknown")
+	}
+	items := make([]pricedItem, 0, len(prices))
+	for _, sku := range slices.Sorted(maps.Keys(prices)) {
+		p := prices[sku]
+		items = append(items, pricedItem{SKU: sku, UnitPrice: p.UnitPrice, Currency: p.Currency})
+	}
+	return items, nil
 }
 
 // newTransport keeps enough idle connections for an open-loop load: with the default two per
@@ -176,13 +223,15 @@ type orderItem struct {
 	UnitPrice int64  `json:"unit_price"`
 }
 
-// placeOrder sends the i-th checkout request, due at offset at, with its own idempotency key.
+// placeOrder sends the i-th checkout request, due at offset at, with its own idempotency key:
+// one of the i-th item (in turn), in that item's currency.
 func (l *load) placeOrder(ctx context.Context, start time.Time, i int, at time.Duration) Sample {
+	item := l.items[i%len(l.items)]
 	body, _ := json.Marshal(orderBody{ // marshalling this struct cannot fail
 		CustomerID:    l.customerID,
-		Currency:      "USD",
+		Currency:      item.Currency,
 		PaymentMethod: "pm_card_visa",
-		Items:         []orderItem{{SKU: "SKU-1", Quantity: 1, UnitPrice: 1299}},
+		Items:         []orderItem{{SKU: item.SKU, Quantity: 1, UnitPrice: item.UnitPrice}},
 	})
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
 	defer cancel()
@@ -205,6 +254,8 @@ func (l *load) placeOrder(ctx context.Context, start time.Time, i int, at time.D
 		return s
 	}
 	s.Outcome = strconv.Itoa(resp.StatusCode)
+	s.Stale = isStale(resp.Header.Get(stalePricesHeader))
+	s.RetryAfter = resp.Header.Get("Retry-After")
 	if isAcknowledged(s.Outcome) {
 		s.OrderID = orderID(raw, resp.Header.Get("Location"))
 	}

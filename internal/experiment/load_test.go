@@ -158,9 +158,11 @@ func TestPlaceOrder(t *testing.T) {
 		switch r.Header.Get("Idempotency-Key") {
 		case "run1-0":
 			w.Header().Set("Location", "/orders/"+id)
+			w.Header().Set("Catalog-Prices", "stale; age=95")
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write([]byte(`{"id":"` + id + `","status":"pending_payment"}`))
 		case "run1-1":
+			w.Header().Set("Retry-After", "2")
 			http.Error(w, "saturated", http.StatusServiceUnavailable)
 		default:
 			<-r.Context().Done() // a provider-bound request that never answers in time
@@ -174,18 +176,23 @@ func TestPlaceOrder(t *testing.T) {
 	l := newLoad(cfg, "run1")
 	start := time.Now()
 	tests := []struct {
-		i           int
-		wantOutcome string
-		wantOrder   string
+		i              int
+		wantOutcome    string
+		wantOrder      string
+		wantStale      bool
+		wantRetryAfter string
 	}{
-		{0, "202", id},
-		{1, "503", ""},
-		{2, OutcomeTimeout, ""},
+		{0, "202", id, true, ""},
+		{1, "503", "", false, "2"},
+		{2, OutcomeTimeout, "", false, ""},
 	}
 	for _, tt := range tests {
 		got := l.placeOrder(t.Context(), start, tt.i, 0)
 		if got.Probe != ProbeCheckout || got.Outcome != tt.wantOutcome || got.OrderID != tt.wantOrder {
 			t.Errorf("request %d: %s %q order %q, want checkout %q order %q", tt.i, got.Probe, got.Outcome, got.OrderID, tt.wantOutcome, tt.wantOrder)
+		}
+		if got.Stale != tt.wantStale || got.RetryAfter != tt.wantRetryAfter {
+			t.Errorf("request %d: stale %v, Retry-After %q; want %v, %q", tt.i, got.Stale, got.RetryAfter, tt.wantStale, tt.wantRetryAfter)
 		}
 	}
 	mu.Lock()
@@ -221,5 +228,68 @@ func TestAcknowledged(t *testing.T) {
 	got := acknowledged(samples)
 	if len(got) != 2 || !got["a"] || got["b"] {
 		t.Errorf("acknowledged() = %v, want a accepted and b declined", got)
+	}
+}
+
+func TestIsStale(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"stale; age=95": true, "stale": true, " stale ;age=0": true,
+		"": false, "fresh": false, "stalest; age=1": false, "age=3; stale": false,
+	} {
+		if got := isStale(v); got != want {
+			t.Errorf("isStale(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestPlaceOrderBuysCatalogItems: with the catalog's price list, orders buy its SKUs in turn,
+// each at the catalog's price and in the SKU's currency, so that every order passes the price
+// check.
+func TestPlaceOrderBuysCatalogItems(t *testing.T) {
+	t.Parallel()
+	items, err := catalogItems(map[string]catalogPrice{
+		"SKU-9": {UnitPrice: 100, Currency: "EUR"},
+		"SKU-1": {UnitPrice: 1299, Currency: "USD"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []orderBody
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body orderBody
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		got = append(got, body)
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := DefaultConfig()
+	cfg.CheckoutURL = srv.URL
+	l := newLoad(cfg, "run1")
+	l.items = items
+	for i := range 3 {
+		l.placeOrder(t.Context(), time.Now(), i, 0)
+	}
+	want := []struct {
+		sku      string
+		price    int64
+		currency string
+	}{{"SKU-1", 1299, "USD"}, {"SKU-9", 100, "EUR"}, {"SKU-1", 1299, "USD"}}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("%d orders, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		o := got[i]
+		if len(o.Items) != 1 || o.Items[0].SKU != w.sku || o.Items[0].UnitPrice != w.price || o.Items[0].Quantity != 1 || o.Currency != w.currency {
+			t.Errorf("order %d = %+v, want one %s at %d %s", i, o, w.sku, w.price, w.currency)
+		}
+	}
+	if _, err := catalogItems(map[string]catalogPrice{}); err == nil {
+		t.Error("catalogItems(empty) = nil error, want one: every order would be rejected")
 	}
 }

@@ -22,10 +22,13 @@ type Report struct {
 	// outside it (while the provider was healthy or recovering).
 	Checkout Phases `json:"checkout"`
 	// Health summarises the /health probes the same way.
-	Health  Phases  `json:"health"`
+	Health Phases `json:"health"`
+	// Breaker is the faulted dependency's breaker in checkout (Scenario.FaultTarget names it).
 	Breaker Breaker `json:"breaker"`
-	// Limit is checkout's payment concurrency limit over the run, read with the breaker.
+	// Limit is that policy's concurrency limit over the run, read with the breaker.
 	Limit Limit `json:"limit"`
+	// Cache is checkout's catalog price cache over the run, when checkout has one.
+	Cache Cache `json:"cache"`
 	Audit Audit `json:"audit"`
 
 	// WorstLag is the latest any request went out; a run is only reported when it is within
@@ -41,6 +44,7 @@ type Scenario struct {
 	Duration       Millis    `json:"duration_ms"`
 	OutageStart    Millis    `json:"outage_start_ms"`
 	OutageFor      Millis    `json:"outage_for_ms"`
+	FaultTarget    Target    `json:"fault_target,omitempty"` // empty in reports from before the catalog: payment
 	Fault          FaultKind `json:"fault"`
 	OutageLatency  Millis    `json:"outage_latency_ms,omitempty"`
 	RequestTimeout Millis    `json:"request_timeout_ms"`
@@ -56,7 +60,7 @@ type Phases struct {
 	Healthy Summary `json:"healthy"`
 }
 
-func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, l Limit, a Audit) Report {
+func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration, b Breaker, l Limit, c Cache, a Audit) Report {
 	phases := func(p Probe) Phases {
 		during := func(s Sample) bool { return cfg.inOutage(time.Duration(s.At)) }
 		return Phases{
@@ -67,7 +71,7 @@ func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration,
 	}
 	sc := Scenario{
 		Rate: cfg.Rate, RateTo: cfg.RateTo, Duration: Millis(cfg.Duration), OutageStart: Millis(cfg.OutageStart),
-		OutageFor: Millis(cfg.OutageFor), Fault: cfg.Fault, RequestTimeout: Millis(cfg.RequestTimeout),
+		OutageFor: Millis(cfg.OutageFor), FaultTarget: cfg.target(), Fault: cfg.Fault, RequestTimeout: Millis(cfg.RequestTimeout),
 		HealthInterval: Millis(cfg.HealthInterval), HealthTimeout: Millis(cfg.HealthTimeout), MaxLag: Millis(cfg.MaxLag),
 	}
 	if cfg.Fault == FaultLatency {
@@ -76,8 +80,19 @@ func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration,
 	return Report{
 		Label: cfg.Label, StartedAt: start.UTC(), Scenario: sc,
 		Checkout: phases(ProbeCheckout), Health: phases(ProbeHealth),
-		Breaker: b, Limit: l, Audit: a, WorstLag: Millis(lag), Samples: samples,
+		Breaker: b, Limit: l, Cache: c, Audit: a, WorstLag: Millis(lag), Samples: samples,
 	}
+}
+
+// target returns the faulted dependency, TargetPayment for reports that do not say.
+func (s Scenario) target() Target { return cmp.Or(s.FaultTarget, TargetPayment) }
+
+// dependency is how text names the faulted dependency: "provider" or "catalog".
+func (s Scenario) dependency() string {
+	if s.target() == TargetCatalog {
+		return "catalog"
+	}
+	return "provider"
 }
 
 // Name is how tables and figures refer to the run, e.g. "protected, 20 req/s", or
@@ -95,14 +110,39 @@ func (r Report) Name() string {
 }
 
 // WriteMarkdown writes one table with a row per report, followed by the breaker transitions
-// and any caveat (an unfinished drain) per run, so several runs compare at a glance.
+// and any caveat (an unfinished drain) per run, so several runs compare at a glance. Runs that
+// fault the catalog get a table of their own after the payment runs', with the columns that
+// tell a stale-cache fallback from an outage: answers marked stale, 5xx, 503s with and without
+// Retry-After, and the cache's lookups.
 func WriteMarkdown(w io.Writer, reports ...Report) error {
+	var payment, catalog []Report
+	for _, r := range reports {
+		if r.Scenario.target() == TargetCatalog {
+			catalog = append(catalog, r)
+		} else {
+			payment = append(payment, r)
+		}
+	}
 	var b strings.Builder
+	if len(payment) > 0 {
+		writePaymentTable(&b, payment)
+	}
+	if len(catalog) > 0 {
+		if len(payment) > 0 {
+			b.WriteString("\n")
+		}
+		writeCatalogTable(&b, catalog)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writePaymentTable(b *strings.Builder, reports []Report) {
 	b.WriteString("| run | /health failures (outage) | /health p50 / p95 (outage) | checkout outcomes (outage) | checkout p50 / p95 (outage) | checkout outcomes (healthy) | provider max in-flight (outage / run) | breaker | payment limit (low–high) | accepted | paid | still pending | lost | charged twice |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range reports {
 		h, c, a := r.Health.Outage, r.Checkout, r.Audit
-		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d / %d | %s | %s | %d | %d | %d | %d | %d |\n",
+		fmt.Fprintf(b, "| %s | %s | %s / %s | %s | %s / %s | %s | %d / %d | %s | %s | %d | %d | %d | %d | %d |\n",
 			r.Name(), healthFailures(h), ms(h.P50), ms(h.P95),
 			outcomes(c.Outage), ms(c.Outage.P50), ms(c.Outage.P95), outcomes(c.Healthy),
 			a.ProviderMaxInFlightOutage, a.ProviderMaxInFlight, breakerCell(r.Breaker), limitCell(r.Limit),
@@ -114,17 +154,62 @@ func WriteMarkdown(w io.Writer, reports ...Report) error {
 		"got a 5xx or gave up. Lost: orders answered 201, 202 or 402 but missing from Postgres. Charged twice: from the " +
 		"provider's ledger. Payment limit: the lowest and highest concurrency limit read from checkout's /metrics " +
 		"during the run.\n\n")
+	runNotes(b, reports)
+}
+
+func writeCatalogTable(b *strings.Builder, reports []Report) {
+	b.WriteString("| run | catalog | checkout outcomes (outage) | checkout outcomes (rest) | marked stale (outage / run) | 5xx (outage / run) | 503 with / without Retry-After (run) | checkout p50 / p95 (outage) | /health failures (outage) | /health p95 (outage) | catalog breaker | cache lookups (run) | accepted | lost |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range reports {
-		fmt.Fprintf(&b, "- **%s**: %s. Provider %s; load went out at most %s late.",
-			r.Name(), transitions(r.Breaker), faultSpan(r.Scenario), ms(r.WorstLag))
+		c, h := r.Checkout, r.Health.Outage
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %d / %d | %d / %d | %d / %d | %s / %s | %s | %s | %s | %s | %d | %d |\n",
+			r.Name(), faultSpan(r.Scenario), outcomes(c.Outage), outcomes(c.Healthy),
+			c.Outage.Stale, c.All.Stale, c.Outage.ServerErrors(), c.All.ServerErrors(),
+			c.All.Unavailable, c.All.UnavailableBare, ms(c.Outage.P50), ms(c.Outage.P95),
+			healthFailures(h), ms(h.P95), breakerCell(r.Breaker), cacheCell(r.Cache), r.Audit.Accepted, len(r.Audit.Lost))
+	}
+	b.WriteString("\nOutage: requests due while the catalog was faulted; rest: those due before or after. Marked stale: " +
+		"answers carrying `Catalog-Prices: stale`, checked against cached prices because the catalog was unavailable. " +
+		"503 with / without Retry-After: every 503 of the run, by whether it told the client when to come back. " +
+		"Cache lookups: the increase of checkout's catalog_cache_lookups_total during the run, one per SKU checked. " +
+		"Accepted: orders answered 201 or 202; lost: those missing from Postgres.\n\n")
+	runNotes(b, reports)
+}
+
+// runNotes writes a line per run: the breaker's transitions, the fault, the worst lag, and an
+// unfinished drain.
+func runNotes(b *strings.Builder, reports []Report) {
+	for _, r := range reports {
+		fmt.Fprintf(b, "- **%s**: %s. %s %s; load went out at most %s late.",
+			r.Name(), transitions(r.Breaker, r.Scenario.target()), capitalized(r.Scenario.dependency()), faultSpan(r.Scenario), ms(r.WorstLag))
 		if !r.Audit.Drained {
-			fmt.Fprintf(&b, " **Not drained** after %s: %d orders still pending — the worker did not settle them in time.",
+			fmt.Fprintf(b, " **Not drained** after %s: %d orders still pending — the worker did not settle them in time.",
 				seconds(r.Audit.DrainWait), r.Audit.StillPending)
 		}
 		b.WriteString("\n")
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+}
+
+func capitalized(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// cacheResults are catalog_cache_lookups_total's results, in the order a cell lists them.
+var cacheResults = []string{"hit", "miss", "stale", "unavailable"}
+
+// cacheCell lists the cache's lookups by result, e.g. "350 hit, 12 miss, 180 stale, 0 unavailable".
+func cacheCell(c Cache) string {
+	if !c.Observed {
+		return "none"
+	}
+	parts := make([]string, len(cacheResults))
+	for i, res := range cacheResults {
+		parts[i] = fmt.Sprintf("%d %s", c.Lookups[res], res)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // outcomes lists a summary's outcomes, most frequent first, e.g. "43×503, 15×504".
@@ -185,9 +270,9 @@ func breakerCell(b Breaker) string {
 	return "stayed " + b.Initial
 }
 
-func transitions(b Breaker) string {
+func transitions(b Breaker, policy Target) string {
 	if !b.Observed {
-		return "no payment breaker exported"
+		return "no " + string(policy) + " breaker exported"
 	}
 	if len(b.Transitions) == 0 {
 		return "breaker stayed " + b.Initial
@@ -199,7 +284,7 @@ func transitions(b Breaker) string {
 	return "breaker " + strings.Join(parts, ", ")
 }
 
-// faultSpan says what the provider did and when, e.g. "+10s latency from 500ms for 3s".
+// faultSpan says what the faulted dependency did and when, e.g. "+10s latency from 500ms for 3s".
 func faultSpan(s Scenario) string {
 	if s.Fault == FaultNone {
 		return fault(s) + " throughout"

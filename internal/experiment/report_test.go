@@ -39,7 +39,7 @@ func sampleReport(t *testing.T) Report {
 		{At: d(900), Limit: 3, InFlight: 6}, {At: d(1000), Limit: 1, InFlight: 6}, {At: d(4200), Limit: 5, InFlight: 4},
 	}}
 	audit := Audit{Acknowledged: 4, Accepted: 4, Stored: 5, Paid: 5, ProviderMaxInFlight: 6, ProviderMaxInFlightOutage: 4, Drained: true, Lost: []string{}}
-	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, limit, audit)
+	return newReport(cfg, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), samples, 3*time.Millisecond, breaker, limit, Cache{}, audit)
 }
 
 func TestNewReportPhases(t *testing.T) {
@@ -210,4 +210,129 @@ func countElements(t *testing.T, doc []byte) svgCounts {
 		t.Fatalf("SVG ended inside %v or has no title", path)
 	}
 	return c
+}
+
+// catalogReport is a catalog outage in miniature: the catalog down from 5 s to 15 s, checkout
+// answering from fresh cache entries, then stale ones, then — past the staleness bound — 503s,
+// one of them (a bug a run must show) without Retry-After.
+func catalogReport(t *testing.T) Report {
+	t.Helper()
+	cfg := CatalogOutageConfig()
+	cfg.Label = "TTL 2s"
+	d := func(ms int) Millis { return Millis(time.Duration(ms) * time.Millisecond) }
+	samples := []Sample{
+		{Probe: ProbeCheckout, At: d(1000), Latency: d(210), Outcome: "201", OrderID: "o1"},
+		{Probe: ProbeCheckout, At: d(5500), Latency: d(205), Outcome: "201", OrderID: "o2"},
+		{Probe: ProbeCheckout, At: d(8000), Latency: d(206), Outcome: "201", OrderID: "o3", Stale: true},
+		{Probe: ProbeCheckout, At: d(9000), Latency: d(204), Outcome: "202", OrderID: "o4", Stale: true},
+		{Probe: ProbeCheckout, At: d(12000), Latency: d(3), Outcome: "503", RetryAfter: "1"},
+		{Probe: ProbeCheckout, At: d(13000), Latency: d(2), Outcome: "503"},
+		{Probe: ProbeCheckout, At: d(16000), Latency: d(3), Outcome: "503", RetryAfter: "3"},
+		{Probe: ProbeCheckout, At: d(17000), Latency: d(207), Outcome: "201", OrderID: "o5", Stale: true},
+		{Probe: ProbeHealth, At: d(0), Latency: d(1), Outcome: "200"},
+		{Probe: ProbeHealth, At: d(10000), Latency: d(2), Outcome: "200"},
+	}
+	breaker := Breaker{Observed: true, Initial: "closed", Transitions: []Transition{
+		{At: d(6450), From: "closed", To: "open"},
+		{At: d(19550), From: "open", To: "closed"},
+	}}
+	limit := Limit{Observed: true, Points: []LimitPoint{{At: d(0), Limit: 4}, {At: d(6400), Limit: 1, InFlight: 1}}}
+	audit := Audit{Acknowledged: 5, Accepted: 5, Stored: 5, Paid: 4, StillPending: 0, Drained: true, Lost: []string{}}
+	cache := Cache{Observed: true, Lookups: map[string]int{"hit": 2, "miss": 1, "stale": 3, "unavailable": 3}}
+	return newReport(cfg, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), samples, 2*time.Millisecond, breaker, limit, cache, audit)
+}
+
+func TestWriteMarkdownCatalog(t *testing.T) {
+	t.Parallel()
+	cat := catalogReport(t)
+	var b strings.Builder
+	if err := WriteMarkdown(&b, sampleReport(t), cat); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		// The payment run keeps its own table.
+		"| protected, 20 req/s | 1/2 (1×timeout) |",
+		"| run | catalog | checkout outcomes (outage) | checkout outcomes (rest) | marked stale (outage / run) | 5xx (outage / run) | 503 with / without Retry-After (run) |",
+		"| TTL 2s, 20 req/s | down from 5s for 10s | 2×201, 2×503, 1×202 | 2×201, 1×503 | 2 / 3 | 2 / 3 | 2 / 1 | 204 ms / 206 ms | 0/1 | 2.0 ms | opened at 6.45 s | 2 hit, 1 miss, 3 stale, 3 unavailable | 5 | 0 |\n",
+		"- **TTL 2s, 20 req/s**: breaker closed→open at 6.45 s, open→closed at 19.55 s. Catalog down from 5s for 10s; load went out at most 2.0 ms late.\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("markdown lacks %q; got:\n%s", want, got)
+		}
+	}
+	if n := strings.Count(got, "| run |"); n != 2 {
+		t.Errorf("%d tables, want 2: one for the payment run, one for the catalog run", n)
+	}
+
+	// A checkout without a catalog cache says so rather than counting nothing.
+	cat.Cache = Cache{}
+	b.Reset()
+	_ = WriteMarkdown(&b, cat)
+	if got := b.String(); !strings.Contains(got, "| opened at 6.45 s | none | 5 | 0 |") || strings.Contains(got, "| protected, 20 req/s |") {
+		t.Errorf("catalog-only markdown without a cache:\n%s", got)
+	}
+}
+
+func TestCatalogReportJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	r := catalogReport(t)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Scenario.FaultTarget != TargetCatalog || back.Checkout.All.Stale != 3 || back.Checkout.All.UnavailableBare != 1 || back.Cache.Lookups["stale"] != 3 {
+		t.Errorf("after a JSON round trip: target %q, stale %d, bare 503s %d, cache %v",
+			back.Scenario.FaultTarget, back.Checkout.All.Stale, back.Checkout.All.UnavailableBare, back.Cache.Lookups)
+	}
+	var want, got strings.Builder
+	_ = WriteMarkdown(&want, r)
+	_ = WriteMarkdown(&got, back)
+	if got.String() != want.String() {
+		t.Errorf("markdown after a JSON round trip:\n%s\nwant:\n%s", got.String(), want.String())
+	}
+	// A report written before the catalog existed has no fault_target: it is a payment run.
+	var old Report
+	if err := json.Unmarshal([]byte(`{"label":"protected","scenario":{"rate":20,"fault":"latency"}}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Scenario.target() != TargetPayment {
+		t.Errorf("target of a report without fault_target = %q, want payment", old.Scenario.target())
+	}
+}
+
+func TestWriteSVGCatalog(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := WriteSVG(&b, catalogReport(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := countElements(t, b.Bytes())
+	if want := "TTL 2s, 20 req/s — catalog down from 5s for 10s"; got.title != want {
+		t.Errorf("title = %q, want %q", got.title, want)
+	}
+	if got.inGroup["checkout/circle"] != 8 {
+		t.Errorf("%d checkout dots, want 8", got.inGroup["checkout/circle"])
+	}
+	doc := b.String()
+	if n := strings.Count(doc, `stroke="`+staleColor+`" stroke-width`); n != 3 {
+		t.Errorf("%d dots ringed as stale, want 3", n)
+	}
+	for _, want := range []string{">prices stale (3)<", ">catalog down<", ">catalog limit (1–4)<", "Retry-After 3", "prices stale</title>"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+	// A payment run has no stale answers, and no legend entry for them.
+	var p bytes.Buffer
+	if err := WriteSVG(&p, sampleReport(t)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(p.String(), "prices stale") || !strings.Contains(p.String(), ">provider +10s latency<") {
+		t.Error("payment run's SVG: want no stale legend and a provider fault label")
+	}
 }

@@ -6,20 +6,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 )
 
-// simulator speaks paymentsim's admin API. It is a client of its own, not the simulator's
-// types: the experiment treats the provider as an outside system, as checkout does.
+// simulator speaks the admin API of paymentsim or of catalogsim: both take faults as
+// POST /admin/faults {latency|hang|down, start_in, duration}, clear them with
+// DELETE /admin/faults and start over with POST /admin/reset. It is a client of its own, not
+// the simulators' types: the experiment treats the provider and the catalog as outside
+// systems, as checkout does.
 type simulator struct {
+	name    string // for error messages: "paymentsim" or "catalogsim"
 	baseURL string
 	token   string
 	client  *http.Client
 }
 
-func newSimulator(baseURL, token string) *simulator {
-	return &simulator{baseURL: baseURL, token: token, client: &http.Client{Timeout: 5 * time.Second}}
+func newSimulator(name, baseURL, token string) *simulator {
+	return &simulator{name: name, baseURL: baseURL, token: token, client: &http.Client{Timeout: 5 * time.Second}}
 }
 
 // providerStats is the part of GET /admin/stats the audit reads.
@@ -30,6 +35,12 @@ type providerStats struct {
 	InFlight            int            `json:"in_flight"`
 	MaxInFlight         int            `json:"max_in_flight"`
 	MaxInFlightOutage   int            `json:"max_in_flight_during_fault"`
+}
+
+// catalogPrice is one entry of catalogsim's GET /admin/prices.
+type catalogPrice struct {
+	UnitPrice int64  `json:"unit_price"`
+	Currency  string `json:"currency"`
 }
 
 // faultWindow is the body of POST /admin/faults.
@@ -49,10 +60,43 @@ func (s *simulator) clearFaults(ctx context.Context) error {
 	return s.do(ctx, http.MethodDelete, "/admin/faults", nil, nil)
 }
 
+// clearFaultsOnExit clears the simulator's faults at the end of a run, whatever ended it: a
+// cancelled run too, with a few seconds of its own.
+func (s *simulator) clearFaultsOnExit(ctx context.Context, log *slog.Logger) {
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.clearFaults(cleanup); err != nil {
+		log.Warn("could not clear the simulator's faults", "simulator", s.name, "err", err)
+	}
+}
+
+// startCatalog readies catalogsim for a run — no faults, the seed price list — and returns
+// what the run's orders buy: its SKUs at its prices.
+func (s *simulator) startCatalog(ctx context.Context) ([]pricedItem, error) {
+	if err := s.clearFaults(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.reset(ctx); err != nil {
+		return nil, err
+	}
+	prices, err := s.prices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return catalogItems(prices)
+}
+
 func (s *simulator) stats(ctx context.Context) (providerStats, error) {
 	var st providerStats
 	err := s.do(ctx, http.MethodGet, "/admin/stats", nil, &st)
 	return st, err
+}
+
+// prices reads catalogsim's price list, SKU → price.
+func (s *simulator) prices(ctx context.Context) (map[string]catalogPrice, error) {
+	var p map[string]catalogPrice
+	err := s.do(ctx, http.MethodGet, "/admin/prices", nil, &p)
+	return p, err
 }
 
 // waitIdle waits, at most timeout, until the provider has no charge in flight.
@@ -78,7 +122,8 @@ func (s *simulator) waitIdle(ctx context.Context, timeout time.Duration) error {
 }
 
 // scheduleFault scripts the outage relative to start. start_in is computed just before the
-// request goes out, so the window is off by at most the request's one-way trip.
+// request goes out, so the window is off by at most the request's one-way trip. Config.validate
+// has kept FaultHang away from catalogsim, which has no such fault.
 func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Time) error {
 	w := faultWindow{Duration: cfg.OutageFor.String()}
 	switch cfg.Fault {
@@ -99,13 +144,13 @@ func (s *simulator) do(ctx context.Context, method, path string, in, out any) er
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("simulator %s %s: %w", method, path, err)
+			return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, s.baseURL+path, body)
 	if err != nil {
-		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+		return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -115,18 +160,18 @@ func (s *simulator) do(ctx context.Context, method, path string, in, out any) er
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("simulator %s %s: %w", method, path, err)
+		return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("simulator %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+		return fmt.Errorf("%s %s %s: %s: %s", s.name, method, path, resp.Status, bytes.TrimSpace(msg))
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("simulator %s %s: decode answer: %w", method, path, err)
+		return fmt.Errorf("%s %s %s: decode answer: %w", s.name, method, path, err)
 	}
 	return nil
 }

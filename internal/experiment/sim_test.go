@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/catalogsim"
 )
 
 func TestScheduleFault(t *testing.T) {
@@ -38,7 +40,7 @@ func TestScheduleFault(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Fault = tt.fault
 			start := time.Now().Add(lead)
-			if err := newSimulator(srv.URL, "secret").scheduleFault(t.Context(), cfg, start); err != nil {
+			if err := newSimulator("paymentsim", srv.URL, "secret").scheduleFault(t.Context(), cfg, start); err != nil {
 				t.Fatal(err)
 			}
 			startIn, err := time.ParseDuration(got.StartIn)
@@ -63,7 +65,7 @@ func TestSimulatorErrors(t *testing.T) {
 		http.Error(w, `{"error":{"type":"authentication_error"}}`, http.StatusUnauthorized)
 	}))
 	t.Cleanup(srv.Close)
-	err := newSimulator(srv.URL, "").reset(t.Context())
+	err := newSimulator("paymentsim", srv.URL, "").reset(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "authentication_error") {
 		t.Errorf("reset() = %v, want an error naming the status and the simulator's message", err)
 	}
@@ -75,7 +77,7 @@ func TestSimulatorStats(t *testing.T) {
 		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7,"max_in_flight_during_fault":5}`))
 	}))
 	t.Cleanup(srv.Close)
-	got, err := newSimulator(srv.URL, "").stats(t.Context())
+	got, err := newSimulator("paymentsim", srv.URL, "").stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +105,15 @@ func TestConfigValidate(t *testing.T) {
 		{"no outage length", func(c *Config) { c.OutageFor = 0 }, "outage length"},
 		{"no fault needs no outage", func(c *Config) { c.Fault, c.OutageFor = FaultNone, 0 }, ""},
 		{"negative ramp", func(c *Config) { c.RateTo = -1 }, "ramp"},
+		{"catalog outage", func(c *Config) { *c = catalogConfig(CatalogOutageConfig(), *c) }, ""},
+		{"catalog cold start", func(c *Config) { *c = catalogConfig(CatalogColdStartConfig(), *c) }, ""},
+		{"catalog fault without a catalog", func(c *Config) { c.FaultTarget = TargetCatalog }, "catalog URL is required"},
+		{"catalog cannot hang", func(c *Config) {
+			*c = catalogConfig(CatalogOutageConfig(), *c)
+			c.Fault = FaultHang
+		}, "for the catalog"},
+		{"unknown target", func(c *Config) { c.FaultTarget = "inventory" }, `fault target "inventory"`},
+		{"relative catalog URL", func(c *Config) { c.CatalogURL = "localhost:8083" }, "catalog URL"},
 		{"the ramp", func(c *Config) {
 			r := RampConfig()
 			r.CheckoutURL, r.SimulatorURL, r.DatabaseURL = c.CheckoutURL, c.SimulatorURL, c.DatabaseURL
@@ -119,5 +130,76 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("validate() = %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// catalogConfig is scenario with base's URLs and a catalog.
+func catalogConfig(scenario, base Config) Config {
+	scenario.CheckoutURL, scenario.SimulatorURL, scenario.DatabaseURL = base.CheckoutURL, base.SimulatorURL, base.DatabaseURL
+	scenario.CatalogURL = "http://localhost:8083"
+	return scenario
+}
+
+// TestCatalogSimulator speaks to the real catalogsim: the fault body the experiment sends is
+// one catalogsim accepts (it rejects unknown fields), the price list decodes, and the token
+// is sent.
+func TestCatalogSimulator(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(catalogsim.New(catalogsim.Config{AdminToken: "secret"}))
+	t.Cleanup(srv.Close)
+	cat := newSimulator("catalogsim", srv.URL, "secret")
+
+	prices, err := cat.prices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sku, want := range catalogsim.Seed() {
+		if got := prices[sku]; got.UnitPrice != want.UnitPrice || got.Currency != want.Currency {
+			t.Errorf("price of %s = %+v, want %+v", sku, got, want)
+		}
+	}
+
+	for _, fault := range []FaultKind{FaultDown, FaultLatency} {
+		cfg := catalogConfig(CatalogOutageConfig(), DefaultConfig())
+		cfg.Fault, cfg.OutageLatency = fault, 2*time.Second
+		if err := cat.scheduleFault(t.Context(), cfg, time.Now().Add(lead)); err != nil {
+			t.Fatalf("schedule %s: %v", fault, err)
+		}
+	}
+	var view struct {
+		Windows []struct {
+			Fault struct {
+				Latency string `json:"latency"`
+				Down    bool   `json:"down"`
+			} `json:"fault"`
+			Start time.Time `json:"starts_at"`
+			End   time.Time `json:"ends_at"`
+		} `json:"windows"`
+	}
+	if err := cat.do(t.Context(), http.MethodGet, "/admin/faults", nil, &view); err != nil {
+		t.Fatal(err)
+	}
+	if len(view.Windows) != 2 || !view.Windows[0].Fault.Down || view.Windows[1].Fault.Latency != "2s" {
+		t.Fatalf("windows = %+v, want down, then 2s latency", view.Windows)
+	}
+	if d := view.Windows[0].End.Sub(view.Windows[0].Start); d != 10*time.Second {
+		t.Errorf("down window lasts %v, want the scenario's 10s", d)
+	}
+	if until := time.Until(view.Windows[0].Start); until < 4*time.Second || until > 5*time.Second+lead {
+		t.Errorf("down window starts in %v, want about the scenario's 5s warm-up", until)
+	}
+	// A run starts the catalog afresh: no faults, and orders for every SKU of its list.
+	items, err := cat.startCatalog(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.do(t.Context(), http.MethodGet, "/admin/faults", nil, &view); err != nil || len(view.Windows) != 0 {
+		t.Errorf("after startCatalog: windows %+v, err %v; want none", view.Windows, err)
+	}
+	if len(items) != len(catalogsim.Seed()) || items[0] != (pricedItem{SKU: "SKU-1", UnitPrice: 1299, Currency: "USD"}) {
+		t.Errorf("items = %+v, want the seed catalog's SKUs, SKU-1 first", items)
+	}
+	if err := newSimulator("catalogsim", srv.URL, "wrong").reset(t.Context()); err == nil || !strings.Contains(err.Error(), "catalogsim POST /admin/reset: 401") {
+		t.Errorf("reset with a wrong token = %v, want a 401 naming catalogsim", err)
 	}
 }

@@ -36,6 +36,12 @@ type Summary struct {
 	Outcomes map[string]int `json:"outcomes"`
 	P50      Millis         `json:"p50_ms"`
 	P95      Millis         `json:"p95_ms"`
+	// Stale counts the answers checkout marked as checked against stale catalog prices.
+	Stale int `json:"stale"`
+	// Unavailable counts the 503 answers with a Retry-After header; UnavailableBare those
+	// without one, which leave a client guessing when to come back.
+	Unavailable     int `json:"unavailable_with_retry_after"`
+	UnavailableBare int `json:"unavailable_without_retry_after"`
 }
 
 // summarize summarises the samples of probe p for which keep holds.
@@ -48,11 +54,32 @@ func summarize(samples []Sample, p Probe, keep func(Sample) bool) Summary {
 		}
 		s.Count++
 		s.Outcomes[x.Outcome]++
+		if x.Stale {
+			s.Stale++
+		}
+		if x.Outcome == "503" {
+			if x.RetryAfter != "" {
+				s.Unavailable++
+			} else {
+				s.UnavailableBare++
+			}
+		}
 		latencies = append(latencies, time.Duration(x.Latency))
 	}
 	s.P50 = Millis(percentile(latencies, 50))
 	s.P95 = Millis(percentile(latencies, 95))
 	return s
+}
+
+// ServerErrors counts the answers with a 5xx status.
+func (s Summary) ServerErrors() int {
+	n := 0
+	for outcome, count := range s.Outcomes {
+		if len(outcome) == 3 && outcome[0] == '5' {
+			n += count
+		}
+	}
+	return n
 }
 
 // percentile returns the nearest-rank p-th percentile (the smallest value at least p % of the

@@ -122,3 +122,31 @@ func TestMillisJSON(t *testing.T) {
 		t.Errorf("round trip = %v, want %v", got, want)
 	}
 }
+
+// TestSummarizeCatalogAnswers: a catalog run's summary counts the answers marked stale, the
+// 5xx, and the 503s by whether they said when to come back.
+func TestSummarizeCatalogAnswers(t *testing.T) {
+	t.Parallel()
+	samples := []Sample{
+		{Probe: ProbeCheckout, Outcome: "201"},
+		{Probe: ProbeCheckout, Outcome: "201", Stale: true},
+		{Probe: ProbeCheckout, Outcome: "202", Stale: true},
+		{Probe: ProbeCheckout, Outcome: "503", RetryAfter: "1"},
+		{Probe: ProbeCheckout, Outcome: "503", RetryAfter: "4"},
+		{Probe: ProbeCheckout, Outcome: "503"},
+		{Probe: ProbeCheckout, Outcome: "500"},
+		{Probe: ProbeCheckout, Outcome: "429", RetryAfter: "1"},
+		{Probe: ProbeCheckout, Outcome: OutcomeTimeout},
+		{Probe: ProbeHealth, Outcome: "503", RetryAfter: "1"}, // another probe: not counted
+	}
+	got := summarize(samples, ProbeCheckout, func(Sample) bool { return true })
+	if got.Stale != 2 {
+		t.Errorf("stale = %d, want 2", got.Stale)
+	}
+	if got.Unavailable != 2 || got.UnavailableBare != 1 {
+		t.Errorf("503 with / without Retry-After = %d / %d, want 2 / 1", got.Unavailable, got.UnavailableBare)
+	}
+	if got, want := got.ServerErrors(), 4; got != want {
+		t.Errorf("ServerErrors() = %d, want %d (three 503s and a 500; not the 429 or the timeout)", got, want)
+	}
+}

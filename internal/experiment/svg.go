@@ -20,9 +20,10 @@ var timelineTemplate = template.Must(template.New("timeline").Funcs(template.Fun
 }).Parse(timelineSource))
 
 // WriteSVG draws the run as a timeline: each request's latency (log scale) at the time it was
-// due, coloured by outcome; /health probes as squares; the fault window shaded; the payment
-// breaker's state as a band above the plot; and the payment concurrency limit, with the calls
-// holding its slots, as lines against a linear axis on the right.
+// due, coloured by outcome, ringed when checkout marked its prices stale; /health probes as
+// squares; the fault window shaded; the faulted dependency's breaker state as a band above the
+// plot; and its concurrency limit, with the calls holding its slots, as lines against a linear
+// axis on the right.
 func WriteSVG(w io.Writer, r Report) error {
 	return timelineTemplate.Execute(w, newTimeline(r))
 }
@@ -50,6 +51,9 @@ var breakerColors = map[string]string{"closed": "#a5d6a7", "half-open": "#fff176
 // Colours of the concurrency limit's lines.
 const limitColor, inFlightColor = "#4a148c", "#00838f"
 
+// staleColor rings an answer checked against stale catalog prices.
+const staleColor = "#d81b60"
+
 type timeline struct {
 	Width, Height, Left, Right, Top, Bottom, PlotHeight, TickEnd float64
 	Title                                                        string
@@ -58,6 +62,7 @@ type timeline struct {
 	Band                                                         []span
 	BandY, BandHeight, BandLabelX, BandTextY                     float64
 	BandNote                                                     string
+	StaleColor                                                   string
 	XTicks, YTicks                                               []tick
 	Timeout                                                      tick
 	XLabelX, XLabelY, YLabelY                                    float64
@@ -86,12 +91,13 @@ type tick struct {
 type point struct {
 	X, Y         float64
 	Color, Label string
+	Stale        bool
 }
 
 type legendEntry struct {
 	Y            float64
 	Color, Label string
-	Outline      bool
+	Outline      string // the square's stroke colour; empty for none
 }
 
 func newTimeline(r Report) timeline {
@@ -110,8 +116,9 @@ func newTimeline(r Report) timeline {
 	tl := timeline{
 		Width: svgWidth, Height: svgHeight, Left: plotLeft, Right: plotRight, Top: plotTop, Bottom: plotBottom,
 		PlotHeight: plotBottom - plotTop, TickEnd: plotBottom + 5,
-		Title: fmt.Sprintf("%s — provider %s", r.Name(), faultSpan(sc)),
+		Title: fmt.Sprintf("%s — %s %s", r.Name(), sc.dependency(), faultSpan(sc)),
 		BandY: bandY, BandHeight: bandHeight, BandLabelX: plotLeft - 6, BandTextY: bandY + 12,
+		StaleColor:   staleColor,
 		OutageLabelY: plotTop + 14,
 		Timeout:      tick{Pos: y(time.Duration(sc.RequestTimeout)), Label: fmt.Sprintf("checkout client gives up (%v)", time.Duration(sc.RequestTimeout))},
 		XLabelX:      (plotLeft + plotRight) / 2, XLabelY: svgHeight - 8, YLabelY: (plotTop + plotBottom) / 2,
@@ -120,9 +127,9 @@ func newTimeline(r Report) timeline {
 	outageFrom := time.Duration(sc.OutageStart)
 	outageTo := min(outageFrom+time.Duration(sc.OutageFor), end)
 	if sc.Fault != FaultNone {
-		tl.Outage = span{X: x(outageFrom), W: x(outageTo) - x(outageFrom), Label: "provider " + fault(sc)}
+		tl.Outage = span{X: x(outageFrom), W: x(outageTo) - x(outageFrom), Label: sc.dependency() + " " + fault(sc)}
 	}
-	tl.Band, tl.BandNote = band(r.Breaker, end, x)
+	tl.Band, tl.BandNote = band(r.Breaker, sc.target(), end, x)
 
 	for t := time.Duration(0); t <= end; t += tickStep(end) {
 		tl.XTicks = append(tl.XTicks, tick{Pos: x(t), Label: strconv.FormatFloat(t.Seconds(), 'f', -1, 64)})
@@ -133,9 +140,17 @@ func newTimeline(r Report) timeline {
 	}
 
 	counts := make(map[string]int)
+	stale := 0
 	for _, s := range r.Samples {
 		label := fmt.Sprintf("%s due %s: %s in %s", s.Probe, seconds(s.At), s.Outcome, ms(s.Latency))
-		p := point{X: x(time.Duration(s.At)), Y: y(time.Duration(s.Latency)), Color: outcomeColor(s.Outcome), Label: label}
+		if s.Stale {
+			label += ", prices stale"
+			stale++
+		}
+		if s.RetryAfter != "" {
+			label += ", Retry-After " + s.RetryAfter
+		}
+		p := point{X: x(time.Duration(s.At)), Y: y(time.Duration(s.Latency)), Color: outcomeColor(s.Outcome), Label: label, Stale: s.Stale}
 		if s.Probe == ProbeHealth {
 			if s.Outcome != "200" {
 				p.Color = "#e53935"
@@ -146,15 +161,15 @@ func newTimeline(r Report) timeline {
 		counts[s.Outcome]++
 		tl.Checkout = append(tl.Checkout, p)
 	}
-	tl.Legend = legend(counts, r.Health.All)
+	tl.Legend = legend(counts, stale, r.Health.All)
 	if r.Limit.Observed {
 		tl.limitLines(r.Limit, end, x)
 		add := func(color, label string) {
 			tl.Legend = append(tl.Legend, legendEntry{Y: legendTop + legendLineStep*float64(len(tl.Legend)), Color: color, Label: label})
 		}
 		lo, hi := r.Limit.Range()
-		add(limitColor, fmt.Sprintf("payment limit (%d–%d)", lo, hi))
-		add(inFlightColor, "payment calls in flight")
+		add(limitColor, fmt.Sprintf("%s limit (%d–%d)", sc.target(), lo, hi))
+		add(inFlightColor, string(sc.target())+" calls in flight")
 	}
 	return tl
 }
@@ -210,9 +225,9 @@ func appendPoint(b []byte, x, y float64) []byte {
 }
 
 // band turns the breaker's transitions into coloured spans over [0, end].
-func band(b Breaker, end time.Duration, x func(time.Duration) float64) ([]span, string) {
+func band(b Breaker, policy Target, end time.Duration, x func(time.Duration) float64) ([]span, string) {
 	if !b.Observed {
-		return nil, "checkout exports no payment breaker in this mode"
+		return nil, "checkout exports no " + string(policy) + " breaker in this mode"
 	}
 	var spans []span
 	state, from := b.Initial, time.Duration(0)
@@ -248,19 +263,24 @@ func outcomeColor(outcome string) string {
 	return "#bdbdbd"
 }
 
-func legend(counts map[string]int, health Summary) []legendEntry {
+// legend lists the checkout outcomes, the answers marked stale (only when there are any: a
+// payment run has none), the /health probes and the breaker states.
+func legend(counts map[string]int, stale int, health Summary) []legendEntry {
 	var entries []legendEntry
-	add := func(color, label string, outline bool) {
+	add := func(color, label, outline string) {
 		entries = append(entries, legendEntry{Y: legendTop + legendLineStep*float64(len(entries)), Color: color, Label: label, Outline: outline})
 	}
 	for _, o := range sortedOutcomes(counts) {
-		add(outcomeColor(o), fmt.Sprintf("checkout %s (%d)", o, counts[o]), false)
+		add(outcomeColor(o), fmt.Sprintf("checkout %s (%d)", o, counts[o]), "")
+	}
+	if stale > 0 {
+		add("#ffffff", fmt.Sprintf("prices stale (%d)", stale), staleColor)
 	}
 	failed := health.Count - health.Outcomes["200"]
-	add("#ffffff", fmt.Sprintf("/health 200 (%d)", health.Outcomes["200"]), true)
-	add("#e53935", fmt.Sprintf("/health failed (%d)", failed), true)
+	add("#ffffff", fmt.Sprintf("/health 200 (%d)", health.Outcomes["200"]), "#212121")
+	add("#e53935", fmt.Sprintf("/health failed (%d)", failed), "#212121")
 	for _, st := range breakerStates {
-		add(breakerColors[st], "breaker "+st, false)
+		add(breakerColors[st], "breaker "+st, "")
 	}
 	return entries
 }

@@ -1,8 +1,10 @@
 // Package obstest keeps the dashboard and alert rules of deploy/ honest: it
-// extracts the metric names their PromQL queries use, and each binary's tests
-// check that the binary, running for real, exports the names it owns. A
-// metric renamed in code (or a typo in a query) then fails a test instead of
-// drawing an empty panel or an alert that can never fire.
+// extracts the metric names their PromQL queries use, and the policy and pool
+// names they select (resilience_breaker_state{name="catalog"}), and each
+// binary's tests check that the binary, running for real, exports the names
+// it owns with those policies and pools. A metric renamed in code (or a typo
+// in a query, or a panel for a policy the process does not run) then fails a
+// test instead of drawing an empty panel or an alert that can never fire.
 package obstest
 
 import (
@@ -15,9 +17,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v4"
@@ -36,6 +40,11 @@ const (
 // TestEveryQueriedMetricHasAnOwner: add it to the binary that exports it.
 var Owners = map[string][]string{
 	"checkout": {
+		"catalog_cache_lookups_total",
+		"catalog_cache_entries",
+		"catalog_cache_stale_age_seconds",
+		"catalog_requests_total",
+		"catalog_requests_coalesced_total",
 		"resilience_breaker_state",
 		"resilience_breaker_transitions_total",
 		"resilience_breaker_source",
@@ -66,11 +75,24 @@ var Owners = map[string][]string{
 		"paymentsim_charge_requests_in_flight_max",
 		"paymentsim_charge_duration_seconds",
 	},
+	"catalogsim": {
+		"catalogsim_price_requests_total",
+		"catalogsim_price_requests_in_flight",
+		"catalogsim_price_duration_seconds",
+	},
 }
 
 // PrometheusSeries are written by Prometheus itself for every target, not
 // exported by any binary.
 var PrometheusSeries = []string{"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+
+// CheckedLabels are the labels whose selected values CheckExported checks:
+// those naming a part of the process built at start — a resilience policy
+// (name="catalog"), an HTTP pool (pool="api") — whose series exist from the
+// first scrape, so a panel for a policy the process does not run fails. Event
+// labels (reason, outcome, status, source) get a series only once the event
+// has happened, which a test cannot always cause: their values stay unchecked.
+var CheckedLabels = []string{"name", "pool"}
 
 // Root returns the module root, found by walking up to go.mod from the
 // test's working directory (its package directory).
@@ -208,6 +230,87 @@ func Used(t testing.TB, root string) map[string][]string {
 	return used
 }
 
+// Selector is a metric a query selects with equality matchers on
+// CheckedLabels, e.g. resilience_breaker_state{name="catalog"}: Labels
+// {"name": "catalog"}. Other matchers (!=, =~, !~) and other labels are left
+// out.
+type Selector struct {
+	Metric string
+	Labels map[string]string
+}
+
+func (s Selector) String() string {
+	pairs := make([]string, 0, len(s.Labels))
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", k, s.Labels[k]))
+	}
+	return s.Metric + "{" + strings.Join(pairs, ", ") + "}"
+}
+
+var (
+	selectorRE = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\{([^{}]*)\}`)
+	matcherRE  = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`)")
+)
+
+// Selectors returns the selectors of expr that match labels by equality, in
+// order of appearance.
+func Selectors(expr string) []Selector {
+	var out []Selector
+	for _, m := range selectorRE.FindAllStringSubmatch(expr, -1) {
+		sel := Selector{Metric: m[1], Labels: map[string]string{}}
+		for _, lm := range matcherRE.FindAllStringSubmatch(m[2], -1) {
+			if lm[2] != "=" || !slices.Contains(CheckedLabels, lm[1]) {
+				continue
+			}
+			v := lm[3]
+			if uq, err := strconv.Unquote(v); err == nil {
+				v = uq
+			} else {
+				v = v[1 : len(v)-1] // a single-quoted PromQL string without escapes
+			}
+			sel.Labels[lm[1]] = v
+		}
+		if len(sel.Labels) > 0 {
+			out = append(out, sel)
+		}
+	}
+	return out
+}
+
+// SelectorUse is a selector and where (panel or alert) queries use it.
+type SelectorUse struct {
+	Selector
+	Where []string
+}
+
+// UsedSelectors returns the label-matching selectors the dashboard and alert
+// rules of the module at root use, sorted, each with where it is used.
+func UsedSelectors(t testing.TB, root string) []SelectorUse {
+	t.Helper()
+	used := map[string]*SelectorUse{}
+	add := func(kind string, exprs map[string][]string) {
+		for where, list := range exprs {
+			for _, expr := range list {
+				for _, sel := range Selectors(expr) {
+					u, ok := used[sel.String()]
+					if !ok {
+						u = &SelectorUse{Selector: sel}
+						used[sel.String()] = u
+					}
+					u.Where = append(u.Where, kind+" "+where)
+				}
+			}
+		}
+	}
+	add("panel", LoadDashboard(t, filepath.Join(root, DashboardFile)).Exprs())
+	add("alert", LoadRules(t, filepath.Join(root, AlertsFile)).Exprs())
+	out := make([]SelectorUse, 0, len(used))
+	for _, key := range slices.Sorted(maps.Keys(used)) {
+		out = append(out, *used[key])
+	}
+	return out
+}
+
 // PromQL is parsed with regular expressions on purpose: the real parser
 // lives in github.com/prometheus/prometheus, a dependency far larger than
 // this whole module. The queries here are ours and plain, so removing what
@@ -260,6 +363,12 @@ func MetricNames(expr string) []string {
 // histograms and _sum and _count for summaries.
 func Exported(t testing.TB, url string) []string {
 	t.Helper()
+	return names(scrape(t, url))
+}
+
+// scrape reads the metric families of a /metrics endpoint.
+func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", url, err)
@@ -274,18 +383,46 @@ func Exported(t testing.TB, url string) []string {
 	if err != nil {
 		t.Fatalf("parse %s: %v", url, err)
 	}
+	return families
+}
+
+func names(families map[string]*dto.MetricFamily) []string {
 	var names []string
 	for name, f := range families {
 		names = append(names, name)
-		switch f.GetType().String() {
-		case "HISTOGRAM", "GAUGE_HISTOGRAM":
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 			names = append(names, name+"_bucket", name+"_sum", name+"_count")
-		case "SUMMARY":
+		case dto.MetricType_SUMMARY:
 			names = append(names, name+"_sum", name+"_count")
 		}
 	}
 	slices.Sort(names)
 	return names
+}
+
+// hasSeries reports whether families hold a series that sel selects: one of
+// its metric's family (a histogram's, for _bucket, _sum and _count) carrying
+// every label value sel matches.
+func hasSeries(families map[string]*dto.MetricFamily, sel Selector) bool {
+	f, ok := families[sel.Metric]
+	if !ok {
+		f = families[BaseName(sel.Metric)]
+	}
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, p := range m.GetLabel() {
+			labels[p.GetName()] = p.GetValue()
+		}
+		matches := true
+		for k, v := range sel.Labels {
+			matches = matches && labels[k] == v
+		}
+		if matches {
+			return true
+		}
+	}
+	return false
 }
 
 // BaseName strips the series suffix a histogram or summary query adds, so
@@ -311,13 +448,16 @@ func Owner(name string) string {
 }
 
 // CheckExported fails the test for each metric the dashboard or the alert
-// rules use that binary owns but its /metrics at url does not export. The
-// caller must have exercised the process first: a labelled series appears
-// only once a label combination has been used.
+// rules use that binary owns but its /metrics at url does not export, and for
+// each label value they select on such a metric (name="catalog") that no
+// exported series carries. The caller must have exercised the process first:
+// a labelled series appears only once a label combination has been used.
 func CheckExported(t testing.TB, binary, url string) {
 	t.Helper()
-	exported := Exported(t, url)
-	used := Used(t, Root(t))
+	families := scrape(t, url)
+	exported := names(families)
+	root := Root(t)
+	used := Used(t, root)
 	checked := 0
 	for _, name := range slices.Sorted(maps.Keys(used)) {
 		if Owner(name) != binary {
@@ -330,6 +470,14 @@ func CheckExported(t testing.TB, binary, url string) {
 	}
 	if checked == 0 {
 		t.Errorf("no metric of %s is used by the dashboard or alerts: is the Owners table right?", binary)
+	}
+	for _, use := range UsedSelectors(t, root) {
+		if Owner(use.Metric) != binary || !slices.Contains(exported, use.Metric) {
+			continue // another binary's, or already reported above
+		}
+		if !hasSeries(families, use.Selector) {
+			t.Errorf("%s exports no series %s, used by %s", binary, use.Selector, strings.Join(use.Where, ", "))
+		}
 	}
 	if t.Failed() {
 		t.Logf("%s exports: %s", binary, fmt.Sprint(exported))

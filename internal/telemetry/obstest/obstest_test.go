@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
@@ -49,6 +50,9 @@ func TestDashboard(t *testing.T) {
 		"http_request_duration_seconds_bucket", "http_request_duration_seconds_count",
 		"checkout_unsettled_orders", "checkout_unsettled_order_oldest_age_seconds",
 		"paymentsim_charge_requests_in_flight", "checkout_charge_jobs_total",
+		// Issue 19's catalog panels: cache results, stale age, the simulator's latency.
+		"catalog_cache_lookups_total", "catalog_cache_stale_age_seconds_bucket", "catalog_cache_entries",
+		"catalogsim_price_duration_seconds_bucket",
 	} {
 		found := false
 		for _, list := range exprs {
@@ -58,6 +62,23 @@ func TestDashboard(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no panel queries %s", want)
+		}
+	}
+	// Each policy has its panels: the breaker state, the limit and calls in flight, and the
+	// refusals, selected by the policy's name so that the two never share a line.
+	for _, policy := range []string{"payment", "catalog"} {
+		for _, metric := range []string{"resilience_breaker_state", "resilience_concurrency_limit", "resilience_bulkhead_in_use", "resilience_rejected_total", "resilience_calls_total"} {
+			found := false
+			for _, list := range exprs {
+				for _, expr := range list {
+					for _, sel := range Selectors(expr) {
+						found = found || sel.Metric == metric && sel.Labels["name"] == policy
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no panel queries %s{name=%q}", metric, policy)
+			}
 		}
 	}
 	for title, list := range exprs {
@@ -134,6 +155,61 @@ func TestEveryQueriedMetricHasAnOwner(t *testing.T) {
 	for name, where := range Used(t, Root(t)) {
 		if Owner(name) == "" && !slices.Contains(PrometheusSeries, name) {
 			t.Errorf("%s (used by %s) has no owner in obstest.Owners", name, strings.Join(where, ", "))
+		}
+	}
+}
+
+func TestSelectors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		expr string
+		want []string
+	}{
+		{`max by (job) (resilience_breaker_state{name="catalog"})`, []string{`resilience_breaker_state{name="catalog"}`}},
+		// Prometheus's own labels, other labels and other matchers select no series to check.
+		{`rate(http_request_duration_seconds_count{job="checkout", route="/orders"}[5m])`, nil},
+		{`resilience_rejected_total{name!="payment"} + resilience_calls_total{name=~"cat.*"}`, nil},
+		{`sum(rate(http_pool_rejected_total{pool="api"}[1m])) / on(job) resilience_calls_total{ name = 'payment', outcome="slow" }`,
+			[]string{`http_pool_rejected_total{pool="api"}`, `resilience_calls_total{name="payment"}`}},
+		{`up`, nil},
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, sel := range Selectors(tt.expr) {
+			got = append(got, sel.String())
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Selectors(%q) = %q, want %q", tt.expr, got, tt.want)
+		}
+	}
+}
+
+func TestHasSeries(t *testing.T) {
+	t.Parallel()
+	const text = `# TYPE resilience_breaker_state gauge
+resilience_breaker_state{name="payment"} 0
+# TYPE catalog_cache_stale_age_seconds histogram
+catalog_cache_stale_age_seconds_bucket{le="+Inf"} 0
+catalog_cache_stale_age_seconds_sum 0
+catalog_cache_stale_age_seconds_count 0
+`
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		sel  Selector
+		want bool
+	}{
+		{Selector{"resilience_breaker_state", map[string]string{"name": "payment"}}, true},
+		{Selector{"resilience_breaker_state", map[string]string{"name": "catalog"}}, false}, // a policy the process does not run
+		{Selector{"resilience_calls_total", map[string]string{"name": "payment"}}, false},
+		{Selector{"catalog_cache_stale_age_seconds_bucket", map[string]string{}}, true},
+	}
+	for _, tt := range tests {
+		if got := hasSeries(families, tt.sel); got != tt.want {
+			t.Errorf("hasSeries(%s) = %v, want %v", tt.sel, got, tt.want)
 		}
 	}
 }

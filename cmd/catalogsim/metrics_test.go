@@ -1,0 +1,29 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
+)
+
+// TestExportsDashboardMetrics scrapes a running catalog simulator for every
+// metric deploy/'s dashboard reads from it.
+func TestExportsDashboardMetrics(t *testing.T) {
+	t.Parallel()
+	p := proctest.Start(t, run, []string{"catalogsim"}, map[string]string{
+		"HTTP_ADDR":          "127.0.0.1:0",
+		"CATALOGSIM_LATENCY": "0s",
+	})
+	resp, err := http.Get(p.URL + "/v1/prices?skus=SKU-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, want := resp.StatusCode, http.StatusOK; got != want {
+		t.Fatalf("GET /v1/prices: status %d, want %d", got, want)
+	}
+
+	obstest.CheckExported(t, "catalogsim", p.URL+"/metrics")
+}
