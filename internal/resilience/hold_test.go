@@ -206,3 +206,29 @@ func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
 		})
 	}
 }
+
+func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts, c.AbandonedHold = 1, 10*time.Second
+			c.Limit, c.BulkheadSize = LimitStatic, 2
+		})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { _, _ = b.do(hang) })
+		}
+		wg.Wait()
+		// Two calls in the breaker's window: too few to judge. Every slot
+		// is now kept for a call the dependency never answered, so each
+		// refusal is the dependency's doing.
+		for i := 0; b.p.State() != StateOpen; i++ {
+			if i == 8 {
+				t.Fatalf("breaker still %v after %d refusals", b.p.State(), i)
+			}
+			if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+				t.Fatalf("err = %v, want ErrBulkheadFull", err)
+			}
+		}
+	})
+}

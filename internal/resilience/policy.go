@@ -218,12 +218,19 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	if err := p.limit.acquire(ctx); err != nil {
 		// A reached limit or a caller that gave up while queueing says
 		// nothing about the dependency: excluded, and not retried, since
-		// another attempt would only add to the load that filled it.
-		counter := p.breaker.calls.rejected
-		if !errors.Is(err, ErrBulkheadFull) {
+		// another attempt would only add to the load that filled it —
+		// unless every slot is kept for a call the dependency never
+		// answered (heldFor): then the dependency is what refuses, and the
+		// breaker counts it as a failure, so that it opens (and tells the
+		// fleet) although the limit leaves it too few calls to judge.
+		report, counter := errReportExcluded, p.breaker.calls.rejected
+		switch {
+		case !errors.Is(err, ErrBulkheadFull):
 			counter = p.breaker.calls.excluded
+		case p.limit.heldFor() > 0:
+			report = errReportFailure
 		}
-		c.finish(errReportExcluded, counter)
+		c.finish(report, counter)
 		return v, false, err
 	}
 	c.startClock()
