@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -37,6 +38,49 @@ func TestDecodeRejectsWhatEncodingJSONAccepts(t *testing.T) {
 	}
 }
 
+// TestDecodeAgreesWithEncodingJSON holds the one-pass decoder to the verdicts
+// and values of the two-pass one it replaced (referenceDecode): the shapes
+// where a hand-written reader could slip — escapes, numbers, null, nesting,
+// whitespace, truncation at every byte of a valid document.
+func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
+	t.Parallel()
+	const valid = `{"customer_id":"c","currency":"USD","payment_method":"p","items":[{"sku":"s","quantity":1,"unit_price":1}]}`
+	withQuantity := func(v string) string { return strings.Replace(valid, `"quantity":1`, `"quantity":`+v, 1) }
+	withCustomer := func(v string) string { return strings.Replace(valid, `"customer_id":"c"`, `"customer_id":`+v, 1) }
+	bodies := []string{
+		valid, " \t\r\n" + valid + " \n", "{}", "{ }", `{"items":[]}`, `{"items":null}`, `{"items":[null]}`, `{"items":[{}]}`,
+		"", " ", "null", "[]", "1", `"x"`, "{", "}", `{"customer_id"}`, `{"customer_id":}`, `{,}`, `{"items":[,]}`,
+		`{"items":[{"sku":"s"},]}`, `{"customer_id":"c",}`, `{"customer_id":"c" "currency":"USD"}`, `{'customer_id':"c"}`,
+		"\ufeff" + valid, valid + "\x00", valid + "}", valid + " x", "\f" + valid, valid + "\v", "\u00a0" + valid,
+		strings.Replace(valid, `:"c"`, ":\f\"c\"", 1), strings.Replace(valid, `,"items"`, "\u2028,\"items\"", 1),
+		withQuantity("0"), withQuantity("-0"), withQuantity("-1"), withQuantity("01"), withQuantity("1.0"), withQuantity("1e2"),
+		withQuantity("1E+2"), withQuantity("-"), withQuantity("1."), withQuantity(".5"), withQuantity("+1"), withQuantity("9223372036854775807"),
+		withQuantity("9223372036854775808"), withQuantity("-9223372036854775808"), withQuantity("-9223372036854775809"),
+		withQuantity("null"), withQuantity("nul"), withQuantity("true"), withQuantity(`"1"`), withQuantity("[1]"), withQuantity("{}"),
+		withCustomer(`null`), withCustomer(`""`), withCustomer(`"\u0063"`), withCustomer(`"\ud800"`), withCustomer(`"\ud83d\ude00"`),
+		withCustomer(`"a\"b"`), withCustomer(`"a\\"`), withCustomer(`"a\/b"`), withCustomer(`"\x41"`), withCustomer(`"\u00"`),
+		withCustomer(`"a` + "\t" + `b"`), withCustomer(`"a` + "\u0085" + `b"`), withCustomer(`"\u0000"`), withCustomer(`"unterminated`),
+		withCustomer(`"ends in a backslash\`), withCustomer("1"), withCustomer("false"), withCustomer("[]"), withCustomer("{}"),
+		strings.Replace(valid, `"currency"`, `"\u0063urrency"`, 1), strings.Replace(valid, `"currency"`, `"currenc\u0079"`, 1),
+		strings.Replace(valid, `"sku":"s"`, `"sku":"s","sku":"t"`, 1), strings.Replace(valid, `"sku":"s"`, `"SKU":"s"`, 1),
+		strings.Replace(valid, `"items":[`, `"items":[[`, 1), strings.Replace(valid, `{"sku"`, `{"x":{"y":1},"sku"`, 1),
+		strings.Replace(valid, `]}`, `,{"sku":"t","quantity":2,"unit_price":3}]}`, 1),
+	}
+	for i := range len(valid) {
+		bodies = append(bodies, valid[:i])
+	}
+	for _, body := range bodies {
+		want, wantOK := referenceDecode([]byte(body))
+		got, err := decodePlaceRequest([]byte(body))
+		if err != nil && !errors.Is(err, errMalformed) {
+			t.Errorf("decodePlaceRequest(%q) = %v, not errMalformed", body, err)
+		}
+		if (err == nil) != wantOK || !reflect.DeepEqual(got, want) {
+			t.Errorf("decodePlaceRequest(%q) = %#v, %v\nencoding/json's two passes: %#v, accepted %v", body, got, err, want, wantOK)
+		}
+	}
+}
+
 func TestFingerprintIgnoresFormattingOnly(t *testing.T) {
 	t.Parallel()
 	a := `{"customer_id":"c","currency":"USD","payment_method":"p","items":[{"sku":"s","quantity":1,"unit_price":1}]}`
@@ -58,14 +102,19 @@ func TestFingerprintIgnoresFormattingOnly(t *testing.T) {
 }
 
 // FuzzDecodePlaceRequest holds the decoder and validator to their promises
-// on arbitrary bodies: no panic; a document that decodes and validates has
-// a positive total equal to the sum of its lines, within the limits; and
-// re-encoding it yields a document that decodes to the same fingerprint.
+// on arbitrary bodies: no panic; the same verdict and values as the two-pass
+// encoding/json decoder it replaced (referenceDecode); a document that
+// decodes and validates has a positive total equal to the sum of its lines,
+// within the limits; and re-encoding it yields a document that decodes to
+// the same fingerprint.
 func FuzzDecodePlaceRequest(f *testing.F) {
 	// More seeds, the tricky shapes, are in testdata/fuzz/FuzzDecodePlaceRequest.
 	f.Add([]byte(`{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-1","quantity":2,"unit_price":1299}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := decodePlaceRequest(body)
+		if want, ok := referenceDecode(body); (err == nil) != ok || !reflect.DeepEqual(req, want) {
+			t.Fatalf("decodePlaceRequest(%q) = %#v, %v\nencoding/json's two passes: %#v, accepted %v", body, req, err, want, ok)
+		}
 		if err != nil {
 			if !errors.Is(err, errMalformed) {
 				t.Fatalf("decode error %v is not errMalformed", err)
@@ -100,6 +149,28 @@ func FuzzDecodePlaceRequest(f *testing.F) {
 		}
 		if _, err := req2.Validate(); err != nil {
 			t.Fatalf("re-encoded request no longer validates: %v", err)
+		}
+	})
+}
+
+// BenchmarkDecodePlaceRequest compares the one-pass decoder with the
+// two-pass one it replaced, on the throughput run's order document.
+func BenchmarkDecodePlaceRequest(b *testing.B) {
+	body := []byte(`{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-1","quantity":2,"unit_price":1299},{"sku":"SKU-2","quantity":1,"unit_price":500}]}`)
+	b.Run("one pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodePlaceRequest(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json, two passes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := referenceDecode(body); !ok {
+				b.Fatal("rejected")
+			}
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 )
@@ -27,6 +28,13 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
+
+// orderID passes an order id to pgx in binary form. A uuid.UUID is a
+// driver.Valuer, which pgx encodes by formatting the id as text, failing to
+// encode that text as binary, building the error, parsing the text back and
+// encoding the result: 2.7 µs and 21 allocations per id against 0.1 µs and
+// 2 (measured on the throughput machine; ~3 % of checkout's CPU under load).
+func orderID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 const orderColumns = `o.id, o.status, o.customer_id, o.currency, o.payment_method, o.items, o.total,
 	coalesce(o.charge_id, ''), coalesce(o.failure_reason, ''), o.created_at, o.updated_at, coalesce(o.last_attempt_at, o.created_at)`
@@ -66,7 +74,7 @@ func insertOrderWithKey(ctx context.Context, q Querier, o *Order, key string, fi
 		SELECT order_id, $5, $6, $7, $8, $9::text::jsonb, $10, now(), now(), now()
 		FROM claimed
 		RETURNING created_at`,
-		key, fingerprint, o.ID, lockFor.Seconds(),
+		key, fingerprint, orderID(o.ID), lockFor.Seconds(),
 		o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total,
 	).Scan(&o.CreatedAt)
 	o.CreatedAt = o.CreatedAt.UTC()
@@ -185,16 +193,43 @@ func releaseKey(ctx context.Context, q Querier, key string) error {
 // With answer, it also records the order's resulting state as the answer of
 // the request that placed it, unless an answer is stored already (a request
 // that outlived its lock does not overwrite what a resumed one answered):
-// replays rebuild their response from it (asAnswered). It is one statement,
-// so the settle costs one round trip and commits on its own.
+// replays rebuild their response from it (asAnswered).
 //
-// The row is locked first (FOR UPDATE in the CTE), and the new state is
-// computed from what that lock read, so "still unsettled" is judged on the
-// latest version of the row, not on the statement's snapshot: a concurrent
-// settle is waited for, then seen.
+// The common case is one UPDATE, one round trip, committing on its own.
+// "Still unsettled" is its WHERE clause, which PostgreSQL re-checks on the
+// latest version of the row after waiting for a concurrent writer (READ
+// COMMITTED's rule for UPDATE), so a concurrent settle is waited for, then
+// seen; no SELECT … FOR UPDATE is needed, which saves a row lock's WAL
+// record per order. Only an order found settled already takes a second
+// statement, to record its state as the answer.
 func settle(ctx context.Context, q Querier, base Order, s Settlement, answer bool) (o Order, answered Order, changed bool, err error) {
 	return settleCommit(ctx, q, base, s, answer, false)
 }
+
+// settleSQL is the common case of settleCommit. With async, the setting is
+// local to the statement's transaction, and the setting in force when it
+// commits decides whether the commit waits for the WAL flush; without, the
+// session's (the server's) synchronous_commit applies as it is.
+const settleSQL = `
+	UPDATE orders SET
+		status = $2,
+		charge_id = nullif($3, ''),
+		failure_reason = nullif($4, ''),
+		updated_at = now(),
+		answered_status = CASE WHEN $5 AND answered_status IS NULL THEN $2 ELSE answered_status END,
+		answered_at = CASE WHEN $5 AND answered_status IS NULL THEN now() ELSE answered_at END
+	FROM (SELECT CASE WHEN $6 THEN set_config('synchronous_commit', 'off', true) END) AS commit_mode
+	WHERE id = $1 AND status IN ` + unsettledSQL + `
+	RETURNING updated_at, answered_status, answered_at`
+
+// answerSettledSQL records the state of an order that was settled already
+// (its status no longer changes) as its request's answer, if it has none.
+const answerSettledSQL = `
+	UPDATE orders SET
+		answered_status = CASE WHEN $2 AND answered_status IS NULL THEN status ELSE answered_status END,
+		answered_at = CASE WHEN $2 AND answered_status IS NULL THEN updated_at ELSE answered_at END
+	WHERE id = $1
+	RETURNING status, coalesce(charge_id, ''), coalesce(failure_reason, ''), updated_at, answered_status, answered_at`
 
 // settleCommit is settle, optionally committing asynchronously
 // (synchronous_commit = off for this statement's transaction alone; see
@@ -208,36 +243,17 @@ func settleCommit(ctx context.Context, q Querier, base Order, s Settlement, answ
 	// immutable once written, and decoding the items again would cost more
 	// than the statement (pprof).
 	o = base
-	err = q.QueryRow(ctx, `
-		WITH commit_mode AS (
-			-- Local to this statement's transaction: the setting in force
-			-- when it commits decides whether the commit waits for the
-			-- WAL flush.
-			SELECT set_config('synchronous_commit', CASE WHEN $6 THEN 'off' ELSE 'on' END, true)
-		), cur AS (
-			SELECT id, status, updated_at, status IN `+unsettledSQL+` AS open
-			FROM orders WHERE id = $1 FOR UPDATE
-		), next AS (
-			SELECT id, open,
-			       CASE WHEN open THEN $2 ELSE status END AS status,
-			       CASE WHEN open THEN now() ELSE updated_at END AS updated_at
-			FROM cur
-		)
-		UPDATE orders o SET
-			status = next.status,
-			charge_id = CASE WHEN next.open THEN nullif($3, '') ELSE o.charge_id END,
-			failure_reason = CASE WHEN next.open THEN nullif($4, '') ELSE o.failure_reason END,
-			updated_at = next.updated_at,
-			answered_status = CASE WHEN $5 AND o.answered_status IS NULL THEN next.status ELSE o.answered_status END,
-			answered_at = CASE WHEN $5 AND o.answered_status IS NULL THEN next.updated_at ELSE o.answered_at END
-		FROM next, commit_mode
-		WHERE o.id = next.id
-		RETURNING o.status, coalesce(o.charge_id, ''), coalesce(o.failure_reason, ''), o.updated_at,
-		          next.open, o.answered_status, o.answered_at`,
-		base.ID, s.Status, s.ChargeID, s.FailureReason, answer, async,
-	).Scan(&o.Status, &o.ChargeID, &o.FailureReason, &o.UpdatedAt, &changed, &answeredStatus, &answeredAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, Order{}, false, ErrNotFound
+	o.Status, o.ChargeID, o.FailureReason = s.Status, s.ChargeID, s.FailureReason
+	err = q.QueryRow(ctx, settleSQL, orderID(base.ID), s.Status, s.ChargeID, s.FailureReason, answer, async).
+		Scan(&o.UpdatedAt, &answeredStatus, &answeredAt)
+	changed = err == nil
+	if errors.Is(err, pgx.ErrNoRows) { // settled already, or no such order
+		o = base
+		err = q.QueryRow(ctx, answerSettledSQL, orderID(base.ID), answer).
+			Scan(&o.Status, &o.ChargeID, &o.FailureReason, &o.UpdatedAt, &answeredStatus, &answeredAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Order{}, Order{}, false, ErrNotFound
+		}
 	}
 	if err != nil {
 		return Order{}, Order{}, false, fmt.Errorf("settle order %s as %s: %w", base.ID, s.Status, err)
@@ -260,7 +276,7 @@ func Settle(ctx context.Context, q Querier, base Order, s Settlement) (o Order, 
 // that a later lookup knows how long to wait before it may trust "no
 // charge" (see Resolve). The API's own attempt is recorded by the insert.
 func MarkAttempt(ctx context.Context, q Querier, id uuid.UUID) error {
-	if _, err := q.Exec(ctx, `UPDATE orders SET last_attempt_at = now() WHERE id = $1`, id); err != nil {
+	if _, err := q.Exec(ctx, `UPDATE orders SET last_attempt_at = now() WHERE id = $1`, orderID(id)); err != nil {
 		return fmt.Errorf("record charge attempt of order %s: %w", id, err)
 	}
 	return nil
@@ -268,7 +284,7 @@ func MarkAttempt(ctx context.Context, q Querier, id uuid.UUID) error {
 
 // Get loads an order.
 func Get(ctx context.Context, q Querier, id uuid.UUID) (Order, error) {
-	o, err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = $1`, id))
+	o, err := scanOrder(q.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = $1`, orderID(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, ErrNotFound
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
@@ -86,5 +87,127 @@ func TestLookupOfAPrunedKey(t *testing.T) {
 	})
 	if !errors.Is(err, errKeyVanished) {
 		t.Errorf("lookupKey(pruned key) = %v, want errKeyVanished (Place then claims it anew)", err)
+	}
+}
+
+// newPendingOrder stores a pending order under a fresh key, as the first
+// write of the checkout flow does.
+func newPendingOrder(t *testing.T, db Querier, key string) Order {
+	t.Helper()
+	o, err := newOrder(PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
+		Items: []Item{{SKU: "S", Quantity: 1, UnitPrice: 100}}}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := insertOrderWithKey(context.Background(), db, &o, key, make([]byte, 32), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestConcurrentSettlesTheFirstWins: a settle that had to wait for another
+// one's row lock judges "still unsettled" on the row the other committed —
+// it changes nothing and answers with the winner's state — even though its
+// statement began when the order was pending.
+func TestConcurrentSettlesTheFirstWins(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ctx := context.Background()
+	base := newPendingOrder(t, db, "race")
+
+	first, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback(ctx) }()
+	if _, changed, err := Settle(ctx, first, base, Settlement{Status: StatusPaid, ChargeID: "ch_first"}); err != nil || !changed {
+		t.Fatalf("first Settle = %v, changed %v; want it applied", err, changed)
+	}
+
+	type result struct {
+		o, answered Order
+		changed     bool
+		err         error
+	}
+	second := make(chan result, 1)
+	go func() {
+		var r result
+		r.o, r.answered, r.changed, r.err = settleCommit(ctx, db, base,
+			Settlement{Status: StatusPaymentFailed, FailureReason: ReasonCardDeclined}, true, true)
+		second <- r
+	}()
+	// Commit the first only once the second waits for its row lock.
+	for waiting := false; !waiting; {
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r := <-second
+	if r.err != nil || r.changed {
+		t.Fatalf("second settle = %v, changed %v; want no error and no change", r.err, r.changed)
+	}
+	if r.o.Status != StatusPaid || r.o.ChargeID != "ch_first" || r.o.FailureReason != "" {
+		t.Errorf("second settle returned %s/%q/%q, want the first's paid/ch_first", r.o.Status, r.o.ChargeID, r.o.FailureReason)
+	}
+	if r.answered.Status != StatusPaid || r.answered.ChargeID != "ch_first" {
+		t.Errorf("answer = %+v, want the first settle's paid order", r.answered)
+	}
+	stored, err := Get(ctx, db, base.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status != StatusPaid || stored.ChargeID != "ch_first" || stored.FailureReason != "" || !stored.UpdatedAt.Equal(r.o.UpdatedAt) {
+		t.Errorf("stored order %+v, want paid with ch_first, updated when the first settle ran (%v)", stored, r.o.UpdatedAt)
+	}
+}
+
+// TestSettleRecordsTheFirstAnswerOnly: the answer of an order is the state
+// its first answered settle left it in; a later settle with an answer — a
+// request that outlived its lock — neither changes the order nor the answer.
+func TestSettleRecordsTheFirstAnswerOnly(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ctx := context.Background()
+	base := newPendingOrder(t, db, "answer")
+
+	o, answered, changed, err := settleCommit(ctx, db, base, Settlement{Status: StatusPendingPayment}, true, false)
+	if err != nil || !changed || o.Status != StatusPendingPayment || answered.Status != StatusPendingPayment || !answered.UpdatedAt.Equal(o.UpdatedAt) {
+		t.Fatalf("deferral = %+v, answer %+v, changed %v, %v; want pending_payment answered as such", o, answered, changed, err)
+	}
+	// The worker charges it: no answer of its own.
+	paid, changed, err := Settle(ctx, db, o, Settlement{Status: StatusPaid, ChargeID: "ch_worker"})
+	if err != nil || !changed || paid.Status != StatusPaid {
+		t.Fatalf("worker Settle = %+v, changed %v, %v; want paid", paid, changed, err)
+	}
+	// The request that deferred it, had it outlived its lock, settles again.
+	late, lateAnswer, changed, err := settleCommit(ctx, db, base, Settlement{Status: StatusPaymentFailed, FailureReason: ReasonCardDeclined}, true, false)
+	if err != nil || changed {
+		t.Fatalf("late settle: %v, changed %v; want no change", err, changed)
+	}
+	if late.Status != StatusPaid || late.ChargeID != "ch_worker" {
+		t.Errorf("late settle returned %+v, want the worker's paid order", late)
+	}
+	if lateAnswer.Status != StatusPendingPayment || !lateAnswer.UpdatedAt.Equal(answered.UpdatedAt) || lateAnswer.ChargeID != "" {
+		t.Errorf("late settle's answer = %+v, want the first answer %+v", lateAnswer, answered)
+	}
+
+	// An order the worker settled before its request answered gets the
+	// worker's state as the answer.
+	other := newPendingOrder(t, db, "worker-first")
+	if _, _, err := Settle(ctx, db, other, Settlement{Status: StatusPaid, ChargeID: "ch_w"}); err != nil {
+		t.Fatal(err)
+	}
+	_, ans, changed, err := settleCommit(ctx, db, other, Settlement{Status: StatusPaid, ChargeID: "ch_api"}, true, true)
+	if err != nil || changed || ans.Status != StatusPaid || ans.ChargeID != "ch_w" {
+		t.Errorf("API settle after the worker's: answer %+v, changed %v, %v; want the worker's paid/ch_w, unchanged", ans, changed, err)
+	}
+
+	if _, _, _, err := settleCommit(ctx, db, Order{ID: uuid.New()}, Settlement{Status: StatusPaid, ChargeID: "ch"}, true, false); !errors.Is(err, ErrNotFound) {
+		t.Errorf("settle of an unknown order = %v, want ErrNotFound", err)
 	}
 }

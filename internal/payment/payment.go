@@ -34,6 +34,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for Config, chosen for a provider on the same network answering in ~200 ms.
@@ -99,11 +100,14 @@ func NewClient(cfg Config) (*Client, error) {
 // traced gives every request to the provider a client span "POST /v1/charges" (the path
 // carries no ids: the lookup's reference is in the query) and sends the W3C traceparent
 // along. The span comes from the tracer provider of the caller's span — the server span of
-// POST /orders, the worker's job span — so the client needs no provider of its own (without
-// a caller's span: the global one, a no-op unless tracing is on). It changes nothing about
-// re-sends: the request keeps GetBody nil (see newRequest).
+// POST /orders, the worker's job span — so the client needs no provider of its own. A call
+// without a caller's span (tracing off, or outside any span) goes to the transport directly:
+// there is no trace to continue, and otelhttp's per-request work for a span nobody records
+// (a tracer lookup, attribute sets, a request clone) was ~4 % of checkout's CPU under load
+// (pprof). It changes nothing about re-sends: the request keeps GetBody nil (see newRequest).
 func traced(rt http.RoundTripper) http.RoundTripper {
 	return otelhttp.NewTransport(rt,
+		otelhttp.WithFilter(func(r *http.Request) bool { return trace.SpanContextFromContext(r.Context()).IsValid() }),
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }),
 	)
