@@ -436,3 +436,13 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// With tracing off the server gets no instrumentation at all: spans nobody
+// records are not worth their cost per request.
+func TestHTTPHandlerWithTracingOffIsTheHandlerItself(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	if got := telemetry.HTTPHandler(mux, nil, "checkout"); got != http.Handler(mux) {
+		t.Errorf("HTTPHandler(h, nil) = %T, want h itself", got)
+	}
+}

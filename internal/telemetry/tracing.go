@@ -52,9 +52,10 @@ type TracingConfig struct {
 var Propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(
 	propagation.TraceContext{}, propagation.Baggage{})
 
-// Tracing is a process's tracer provider. With no exporter configured it is
-// OpenTelemetry's global provider, a no-op unless a program embedding this
-// code installed one: spans cost a few allocations and go nowhere.
+// Tracing is a process's tracer provider. With no exporter configured
+// Provider is nil: tracing is off, the HTTP server makes no spans
+// (HTTPHandler) and the other instrumentation uses OpenTelemetry's global
+// provider, a no-op unless a program embedding this code installed one.
 type Tracing struct {
 	Provider trace.TracerProvider
 	sdk      *sdktrace.TracerProvider // nil without an exporter
@@ -70,7 +71,7 @@ type Tracing struct {
 // processor's queue fills and further spans are dropped, not blocked on.
 func NewTracing(ctx context.Context, cfg TracingConfig, log *slog.Logger) (*Tracing, error) {
 	if cfg.Exporter != ExporterOTLP {
-		return &Tracing{Provider: otel.GetTracerProvider()}, nil
+		return &Tracing{}, nil
 	}
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(cfg.Endpoint))
 	if err != nil {
