@@ -29,6 +29,19 @@ type Breaker struct {
 	Counted map[string]int `json:"counted"`
 	// PollErrors counts /metrics reads that failed.
 	PollErrors int `json:"poll_errors"`
+	// InitialSource and Sources are who decided the breaker's state — local (this process's
+	// own breaker), fleet (imposed by another process's) or forced (an operator) — at the first
+	// reading and at each change (resilience_breaker_source); the state above is the local
+	// breaker's alone, so a forced or fleet-imposed open state shows only here.
+	InitialSource string         `json:"initial_source,omitempty"`
+	Sources       []SourceChange `json:"sources,omitempty"`
+}
+
+// SourceChange is a change of who decides the breaker's state, at an offset from the run's start.
+type SourceChange struct {
+	At   Millis `json:"at_ms"`
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // Transition is a breaker state change, at an offset from the run's start.
@@ -81,6 +94,7 @@ type Cache struct {
 type breakerReading struct {
 	found       bool
 	state       string
+	source      string         // resilience_breaker_source's label at 1; "" if not exported
 	transitions map[string]int // cumulative, by "from→to"
 
 	limitFound bool
@@ -110,6 +124,11 @@ func parseBreaker(r io.Reader, name string) (breakerReading, error) {
 			return breakerReading{}, fmt.Errorf("breaker %s: unknown state %d", name, v)
 		}
 		reading.found, reading.state = true, breakerStates[v]
+	}
+	for _, m := range families["resilience_breaker_source"].GetMetric() {
+		if label(m.GetLabel(), "name") == name && value(m) == 1 {
+			reading.source = label(m.GetLabel(), "source")
+		}
 	}
 	for _, m := range families["resilience_breaker_transitions_total"].GetMetric() {
 		labels := m.GetLabel()
@@ -228,8 +247,15 @@ func (t *breakerTracker) observe(r breakerReading, at time.Duration) {
 		return
 	}
 	if !b.Observed {
-		b.Observed, b.Initial, t.first = true, r.state, r.transitions
+		b.Observed, b.Initial, b.InitialSource, t.first = true, r.state, r.source, r.transitions
 		return
+	}
+	lastSource := b.InitialSource
+	if n := len(b.Sources); n > 0 {
+		lastSource = b.Sources[n-1].To
+	}
+	if r.source != lastSource {
+		b.Sources = append(b.Sources, SourceChange{At: Millis(max(at, 0)), From: lastSource, To: r.source})
 	}
 	last := b.Initial
 	if n := len(b.Transitions); n > 0 {

@@ -171,3 +171,47 @@ func TestCacheTracker(t *testing.T) {
 		t.Error("a checkout without a catalog cache: cache observed")
 	}
 }
+
+// TestBreakerSources: a breaker forced open by an operator, or imposed by another process's,
+// keeps its own state closed; only resilience_breaker_source says who refused the calls, and
+// the report must say it rather than "stayed closed".
+func TestBreakerSources(t *testing.T) {
+	t.Parallel()
+	const text = `resilience_breaker_state{name="payment"} 0
+resilience_breaker_source{name="payment",source="local"} 0
+resilience_breaker_source{name="payment",source="fleet"} 1
+resilience_breaker_source{name="payment",source="forced"} 0
+resilience_breaker_source{name="catalog",source="forced"} 1
+`
+	got, err := parseBreaker(strings.NewReader(text), "payment")
+	if err != nil || got.source != "fleet" {
+		t.Fatalf("parseBreaker() = source %q, %v; want fleet", got.source, err)
+	}
+
+	reading := func(source string) breakerReading {
+		return breakerReading{found: true, state: "closed", source: source, transitions: map[string]int{}}
+	}
+	var tr breakerTracker
+	tr.observe(reading("local"), 0)
+	tr.observe(reading("fleet"), 1150*time.Millisecond)
+	tr.observe(reading("local"), 5*time.Second)
+	want := []SourceChange{
+		{At: Millis(1150 * time.Millisecond), From: "local", To: "fleet"},
+		{At: Millis(5 * time.Second), From: "fleet", To: "local"},
+	}
+	if !slices.Equal(tr.result.Sources, want) {
+		t.Errorf("sources = %v, want %v", tr.result.Sources, want)
+	}
+	if got, want := breakerCell(tr.result), "fleet-imposed at 1.15 s"; got != want {
+		t.Errorf("breaker cell = %q, want %q", got, want)
+	}
+	if got := transitions(tr.result, TargetPayment); !strings.Contains(got, "decided by fleet from 1.15 s") {
+		t.Errorf("transitions = %q, want the fleet's imposition named", got)
+	}
+
+	var forced breakerTracker
+	forced.observe(reading("forced"), 0)
+	if got, want := breakerCell(forced.result), "forced open"; got != want {
+		t.Errorf("forced from the start: breaker cell = %q, want %q", got, want)
+	}
+}

@@ -267,6 +267,14 @@ func breakerCell(b Breaker) string {
 			return "opened at " + seconds(t.At)
 		}
 	}
+	if b.InitialSource == "forced" {
+		return "forced open"
+	}
+	for _, c := range b.Sources {
+		if c.To != "local" {
+			return c.To + "-imposed at " + seconds(c.At)
+		}
+	}
 	return "stayed " + b.Initial
 }
 
@@ -274,14 +282,21 @@ func transitions(b Breaker, policy Target) string {
 	if !b.Observed {
 		return "no " + string(policy) + " breaker exported"
 	}
+	var sources string
+	if b.InitialSource != "" && b.InitialSource != "local" {
+		sources = "; decided by " + b.InitialSource + " from the start"
+	}
+	for _, c := range b.Sources {
+		sources += fmt.Sprintf("; decided by %s from %s", c.To, seconds(c.At))
+	}
 	if len(b.Transitions) == 0 {
-		return "breaker stayed " + b.Initial
+		return "breaker stayed " + b.Initial + sources
 	}
 	parts := make([]string, len(b.Transitions))
 	for i, t := range b.Transitions {
 		parts[i] = fmt.Sprintf("%s→%s at %s", t.From, t.To, seconds(t.At))
 	}
-	return "breaker " + strings.Join(parts, ", ")
+	return "breaker " + strings.Join(parts, ", ") + sources
 }
 
 // faultSpan says what the faulted dependency did and when, e.g. "+10s latency from 500ms for 3s".
