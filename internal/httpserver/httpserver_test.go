@@ -76,8 +76,10 @@ func TestNoDrainDelayShutsDownAtOnce(t *testing.T) {
 		if err := <-s.done; err != nil {
 			t.Fatalf("Serve = %v, want nil", err)
 		}
-		if got := time.Since(stopped); got != 0 {
-			t.Errorf("Serve returned %v after the stop, want at once", got)
+		// Fake time: only Shutdown's own poll for idle connections (from
+		// 1 ms, net/http's pollIntervalBase) may pass, never a drain delay.
+		if got := time.Since(stopped); got > 10*time.Millisecond {
+			t.Errorf("Serve returned %v after the stop, want at once (no drain delay)", got)
 		}
 	})
 }
