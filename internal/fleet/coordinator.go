@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -244,8 +245,11 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- s
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			if n.Payload == c.dependency {
+			switch dep, from, congested := parseCongested(n.Payload); {
+			case n.Payload == c.dependency:
 				poke()
+			case congested && dep == c.dependency && from != c.opts.Identity:
+				c.policy.Congested()
 			}
 			continue
 		case conn.PgConn().IsClosed() || (!errors.Is(err, context.DeadlineExceeded) && !isTimeout(err)):
@@ -383,6 +387,9 @@ func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) err
 		case resilience.EventProbeFailed:
 			d := c.policy.BreakDuration(c.last.FailedProbes + 1)
 			changed, err = write(wctx, c.pool, probeFailed, c.dependency, c.opts.Identity, secs(d))
+		case resilience.EventCongested:
+			// No row: news for the other processes' limits, now or never.
+			_, err = c.pool.Exec(wctx, "SELECT pg_notify($1, $2)", Channel, congestedPayload(c.dependency, c.opts.Identity))
 		}
 		cancel()
 		if err != nil {
@@ -397,6 +404,23 @@ func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) err
 		return err
 	}
 	return c.refresh(ctx)
+}
+
+// A late call's news travels on Channel as "congested <dependency>
+// <identity>", beside the bare dependency name that says "re-read the row".
+const congestedPrefix = "congested "
+
+func congestedPayload(dependency, identity string) string {
+	return congestedPrefix + dependency + " " + identity
+}
+
+func parseCongested(payload string) (dependency, from string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, congestedPrefix)
+	if !ok {
+		return "", "", false
+	}
+	dependency, from, ok = strings.Cut(rest, " ")
+	return dependency, from, ok
 }
 
 // Identity is the name this process holds the probe lease under.

@@ -491,3 +491,37 @@ func TestTheProcessWithTrafficProbes(t *testing.T) {
 		t.Errorf("the busy process published %d successful probes, want 1", n)
 	}
 }
+
+// TestALateCallShrinksTheOtherLimits: the fleet's processes send their first
+// calls into a provider that has just hung at the same time; the first late
+// call anywhere halves every process's limit, not only its own.
+func TestALateCallShrinksTheOtherLimits(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	a := start(t, dbURL, "checkout-a", testConfig())
+	b := start(t, dbURL, "checkout-b", testConfig())
+	a.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
+	b.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
+	before := b.policy.Limit()
+
+	prov.set("hang")
+	go func() { _ = a.do(prov) }() // late at the 400 ms slow threshold (no latency average yet)
+	deadline := time.Now().Add(3 * time.Second)
+	for b.policy.Limit() == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("checkout-b's limit still %d 3 s after checkout-a's call hung", before)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a real process's state, not waiting for time to pass
+	}
+	if got, want := b.policy.Limit(), max(before/2, 1); got != want {
+		t.Errorf("checkout-b's limit = %d, want %d (halved once)", got, want)
+	}
+	if got := prov.count("checkout-b"); got != 0 {
+		t.Errorf("checkout-b called the provider %d times, want 0: its limit moved on checkout-a's news", got)
+	}
+	if got, want := a.policy.Limit(), max(before/2, 1); got != want {
+		t.Errorf("checkout-a's limit = %d, want %d (its own late call, once: no echo)", got, want)
+	}
+	close(prov.hang) // the hung call returns
+}

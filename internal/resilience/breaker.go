@@ -85,11 +85,14 @@ type breaker struct {
 	// abandoned); open says whether the breaker is open. holdMu guards
 	// both: abandoned runs outside gobreaker's lock, onStateChange under
 	// it (and then takes holdMu, never the other way round).
-	holdMu    sync.Mutex
-	heldUntil time.Duration
-	open      bool
-	cfg       Config
-	rnd       func(int64) int64
+	// lastCongested (an offset from epoch, 0 if never) is when the last
+	// EventCongested was queued.
+	lastCongested atomic.Int64
+	holdMu        sync.Mutex
+	heldUntil     time.Duration
+	open          bool
+	cfg           Config
+	rnd           func(int64) int64
 
 	calls callCounters
 	// limit hears each slow call the moment the slow timer fires, the same
@@ -393,7 +396,7 @@ func (c *call) startClock() {
 // is reported in two steps.
 func (c *call) onTimer() {
 	if c.lateAfter < c.b.slowAfter && c.state.CompareAndSwap(running, reportedLate) {
-		c.b.limit.congested()
+		c.b.late()
 		// Last: once re-armed, finish may recycle c.
 		c.timer.Reset(c.b.slowAfter - c.lateAfter)
 		return
@@ -408,7 +411,18 @@ func (c *call) onTimer() {
 		c.b.probeDone(c.probe, probeFailed)
 	}
 	if !limitHeard {
-		c.b.limit.congested()
+		c.b.late()
+	}
+}
+
+// late tells the limit that a call is late and, at most once a second, the
+// coordinator too (EventCongested), for the other processes' limits.
+func (b *breaker) late() {
+	b.limit.congested()
+	now := int64(b.now())
+	last := b.lastCongested.Load()
+	if (last == 0 || now-last >= int64(time.Second)) && b.lastCongested.CompareAndSwap(last, now) {
+		b.events.push(Event{Kind: EventCongested, At: time.Now()})
 	}
 }
 

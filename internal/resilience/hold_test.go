@@ -51,7 +51,7 @@ func TestHungCallsHoldTheBreakerOpenUntilTheyMayBeDone(t *testing.T) {
 		if got, want := b.p.RetryAfter(), time.Until(heldUntil); got != want {
 			t.Errorf("RetryAfter = %v, want %v (until the last abandoned call's send + 10 s)", got, want)
 		}
-		events := b.p.TakeEvents()
+		events := transitionEvents(b.p.TakeEvents())
 		if len(events) == 0 || events[0].Kind != EventOpened {
 			t.Fatalf("events = %+v, want the opening first", events)
 		}

@@ -64,6 +64,10 @@ const (
 	// keeps refusing calls until the coordinator imposes the next state or
 	// the hold ends.
 	EventProbeFailed
+	// EventCongested: a call of this process is late (see Config.LimitLateFactor)
+	// — at most one a second — so other processes' limits can shrink too
+	// (Policy.Congested) before any of theirs is.
+	EventCongested
 )
 
 func (k EventKind) String() string {
@@ -74,6 +78,8 @@ func (k EventKind) String() string {
 		return "probe_succeeded"
 	case EventProbeFailed:
 		return "probe_failed"
+	case EventCongested:
+		return "congested"
 	}
 	return "unknown"
 }
@@ -84,6 +90,16 @@ type Event struct {
 	Kind    EventKind
 	At      time.Time
 	OpenFor time.Duration // EventOpened: how long the local breaker stays open
+}
+
+// Congested applies a congestion signal another process heard (its
+// EventCongested): the adaptive limit shrinks as for one late call of this
+// process's own. A fleet's processes send their first calls into a hung
+// provider together; this is how the second and third stop a call sooner.
+func (p *Policy) Congested() {
+	if p.limit != nil {
+		p.limit.congested()
+	}
 }
 
 // Events returns a channel that receives a value whenever events are

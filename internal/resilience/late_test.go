@@ -93,3 +93,50 @@ func TestLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 		t.Errorf("average 1 ms: lateAfter = %v, want %v (half the slow threshold)", got, want)
 	}
 }
+
+func TestLateCallsAreAnnouncedAtMostOnceASecond(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+		pr := &provider{}
+		warm(t, b, pr, 200*time.Millisecond, 5)
+		pr.set(0)
+		congested := func() int {
+			n := 0
+			for _, e := range b.p.TakeEvents() {
+				if e.Kind == EventCongested {
+					n++
+				}
+			}
+			return n
+		}
+		for range 3 { // three hung calls, 100 ms apart: late at 300, 400, 500 ms
+			go func() { _, _ = Do(context.Background(), b.p, pr.call) }()
+			advance(100 * time.Millisecond)
+		}
+		advance(time.Second)
+		if got := congested(); got != 1 {
+			t.Errorf("congested events for three late calls within a second = %d, want 1", got)
+		}
+		go func() { _, _ = Do(context.Background(), b.p, pr.call) }()
+		advance(time.Second)
+		if got := congested(); got != 1 {
+			t.Errorf("a late call over a second later: congested events = %d, want 1", got)
+		}
+	})
+}
+
+func TestCongestedFromElsewhereShrinksTheLimit(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		before := b.limit()
+		b.p.Congested()
+		if got, want := b.limit(), max(before/2, 1); got != want {
+			t.Errorf("limit after Congested = %d, want %d", got, want)
+		}
+		if got := b.p.TakeEvents(); len(got) != 0 {
+			t.Errorf("events after Congested = %v, want none (no echo back to the fleet)", got)
+		}
+	})
+}
