@@ -60,9 +60,12 @@ type breaker struct {
 	win window
 
 	// openUntil is when the open state ends, as an offset from epoch (a
-	// monotonic reading); 0 while the breaker is not open. OnStateChange
-	// writes it under gobreaker's lock; RetryAfter reads it without that
-	// lock, hence the atomic.
+	// monotonic reading); 0 once the breaker has closed. It may lie past
+	// gobreaker's fixed Timeout (failed probes grow the open state, calls
+	// it abandoned hold it), so allow refuses calls until then itself.
+	// OnStateChange writes it under gobreaker's lock, abandoned under
+	// holdMu; the call path and RetryAfter read it without locks, hence
+	// the atomic.
 	epoch     time.Time
 	openUntil atomic.Int64
 
@@ -76,10 +79,8 @@ type breaker struct {
 	// coordinator can tell a process with traffic from an idle one.
 	demand atomic.Int64
 	// reopens counts failed half-open probes in a row (under gobreaker's
-	// lock); extendedUntil (an offset from epoch, 0 if none) is when the
-	// grown open state ends, past gobreaker's fixed Timeout.
-	reopens       int
-	extendedUntil atomic.Int64
+	// lock).
+	reopens int
 	// heldUntil (an offset from epoch, 0 if none) is until when calls this
 	// breaker abandoned may still be held by the dependency (see
 	// abandoned); open says whether the breaker is open. holdMu guards
@@ -207,16 +208,13 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 		until := max(now.Sub(b.epoch)+openFor, b.heldUntil)
 		openFor = until - now.Sub(b.epoch)
 		b.openUntil.Store(int64(until))
-		b.extendedUntil.Store(int64(until))
 		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: openFor})
 	case gobreaker.StateHalfOpen:
 		// gobreaker moves to half-open after its fixed Timeout, also when
-		// only asked for its state; an open state grown past that
-		// (extendedUntil) still refuses calls in allow until it ends.
-		b.openUntil.Store(0)
+		// only asked for its state; an open state grown past that still
+		// refuses calls in allow until openUntil.
 	default:
 		b.openUntil.Store(0)
-		b.extendedUntil.Store(0)
 	}
 	b.holdMu.Unlock()
 	b.stateGauge.Set(float64(to))
@@ -240,7 +238,7 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 // half-open; an open state grown past gobreaker's Timeout is still open.
 func (b *breaker) state() State {
 	s := State(b.cb.State())
-	if s == StateHalfOpen && b.now() < time.Duration(b.extendedUntil.Load()) {
+	if s == StateHalfOpen && b.now() < time.Duration(b.openUntil.Load()) {
 		return StateOpen
 	}
 	return s
@@ -260,7 +258,7 @@ func (b *breaker) retryAfter() time.Duration {
 		}
 		return 0 // this process probes for the fleet
 	}
-	until := max(b.openUntil.Load(), b.extendedUntil.Load())
+	until := b.openUntil.Load()
 	if until == 0 {
 		return 0
 	}
@@ -288,13 +286,12 @@ func (b *breaker) abandoned(sent time.Time) {
 	}
 	b.heldUntil = held
 	now := b.now()
-	grow := b.open && int64(held) > b.extendedUntil.Load()
+	grow := b.open && int64(held) > b.openUntil.Load()
 	if !grow && b.gate.Load() == nil {
 		return
 	}
 	if grow {
 		b.openUntil.Store(int64(held))
-		b.extendedUntil.Store(int64(held))
 		b.log.LogAttrs(context.Background(), slog.LevelInfo, "circuit breaker held open",
 			slog.String("name", b.name),
 			slog.String("reason", "a call it gave up on may still be held by the dependency"),
@@ -322,7 +319,7 @@ func (b *breaker) allow() (*call, error) {
 			probe = g
 		}
 	}
-	if until := b.extendedUntil.Load(); until != 0 && probe == nil && b.now() < time.Duration(until) {
+	if until := b.openUntil.Load(); until != 0 && probe == nil && b.now() < time.Duration(until) {
 		return nil, b.rejected(ErrOpen)
 	}
 	done, err := b.cb.Allow()
