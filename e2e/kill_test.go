@@ -46,7 +46,7 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 		select {
 		case <-tick.C:
 			wg.Go(func() {
-				if id, ok := placeOrder(checkout.URL, fmt.Sprintf("kill-%d", i)); ok {
+				if id, _ := placeOrder(checkout.URL, fmt.Sprintf("kill-%d", i)); id != "" {
 					acked <- id
 				}
 			})
@@ -102,35 +102,35 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 	}
 }
 
-// placeOrder posts one order and reports its id when the API acknowledged
-// it (201, 202 or 402 — the answers that promise the order exists).
-func placeOrder(baseURL, key string) (string, bool) {
+// placeOrder posts one order and returns the answer's status (0 when none
+// came) and the order's id when the API acknowledged it (201, 202 or 402 —
+// the answers that promise the order exists), else "".
+func placeOrder(baseURL, key string) (id string, status int) {
 	req, _ := http.NewRequest(http.MethodPost, baseURL+"/orders", bytes.NewBufferString(orderBody))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
 	if err != nil {
-		return "", false
+		return "", 0
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", false
+		return "", resp.StatusCode
 	}
 	switch resp.StatusCode {
 	case http.StatusCreated, http.StatusAccepted, http.StatusPaymentRequired:
 	default:
-		return "", false
+		return "", resp.StatusCode
 	}
 	var o struct {
 		ID      string `json:"id"`       // order (201, 202)
 		OrderID string `json:"order_id"` // problem (402)
 	}
 	if err := json.Unmarshal(body, &o); err != nil {
-		return "", false
+		return "", resp.StatusCode
 	}
-	id := cmp.Or(o.ID, o.OrderID)
-	return id, id != ""
+	return cmp.Or(o.ID, o.OrderID), resp.StatusCode
 }
 
 func waitAllTerminal(t *testing.T, db *pgxpool.Pool, within time.Duration) {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,8 +41,8 @@ func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 	checkout := proctest.StartBinary(t, binary("checkout"), nil, env)
 
 	fault(t, sim.URL, http.MethodPost, `{"down":true}`)
-	id, status := postOrder(t, checkout.URL, "trace-e2e-1")
-	if status != http.StatusAccepted {
+	id, status := placeOrder(checkout.URL, "trace-e2e-1")
+	if status != http.StatusAccepted || id == "" {
 		t.Fatalf("POST /orders with the provider down: %d, want 202", status)
 	}
 	// The charge job is due after at least 500 ms (order.Service's probe
@@ -83,29 +82,6 @@ func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 	}
 	t.Logf("checkout's trace:\n%s\nworker's trace (its charge started %v after POST /orders):\n%s",
 		tree(api), work.start.Sub(request.start).Round(time.Millisecond), tree(col.trace(work.traceID)))
-}
-
-func postOrder(t *testing.T, baseURL, key string) (id string, status int) {
-	t.Helper()
-	body := `{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa","items":[{"sku":"SKU-1","quantity":2,"unit_price":1299}]}`
-	req, err := http.NewRequest(http.MethodPost, baseURL+"/orders", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var o struct {
-		ID string `json:"id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
-		t.Fatal(err)
-	}
-	return o.ID, resp.StatusCode
 }
 
 func fault(t *testing.T, simURL, method, body string) {
