@@ -220,8 +220,14 @@ func (r *Report) auditReplay(x, first Exchange) {
 // auditOrders checks every row against its key and the provider's lookup.
 func (r *Report) auditOrders(ev Evidence) {
 	keyed := make(map[string]int, len(ev.Keys))
-	for _, id := range ev.Keys {
+	for _, key := range slices.Sorted(maps.Keys(ev.Keys)) {
+		id := ev.Keys[key]
 		keyed[id]++
+		// No foreign key holds this (migration 00006): the one statement
+		// that writes both rows does.
+		if _, ok := ev.Orders[id]; !ok {
+			r.violate("key %s names order %q, which is not in Postgres (invariant 4)", key, id)
+		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(ev.Orders)) {
 		o := ev.Orders[id]

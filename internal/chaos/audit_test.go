@@ -90,6 +90,7 @@ func TestAuditFindsEachViolation(t *testing.T) {
 			ev.Charges["o2"] = []Charge{{ID: "ch_2", Amount: 200, Currency: "USD"}}
 			ev.Stats.ChargesByReference["o2"], ev.Stats.TotalCharges = 1, 4
 		}, "o2 is paid with a card that always declines"},
+		{"key naming no order", func(ev *Evidence) { ev.Keys["k9"] = "o9" }, "key k9 names order \"o9\", which is not in Postgres"},
 		{"charge without an order", func(ev *Evidence) { ev.Stats.ChargesByReference["ghost"] = 1; ev.Stats.TotalCharges = 4 }, "reference ghost, which is no order"},
 		{"ledger counts more charges than paid orders", func(ev *Evidence) { ev.Stats.TotalCharges = 4 }, "4 charges for 3 paid orders"},
 		{"201 answer not what is stored", func(ev *Evidence) {

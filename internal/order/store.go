@@ -53,9 +53,9 @@ const orderColumns = `o.id, o.status, o.customer_id, o.currency, o.payment_metho
 //
 // A concurrent claim of the same key waits on the key's primary key until
 // this statement's transaction ends, then finds the key taken: that wait is
-// what makes concurrent identical requests produce one order. The key's
-// foreign key to the order is checked at the end of the statement, when
-// both rows exist. Every timestamp is the database's clock, as are the
+// what makes concurrent identical requests produce one order. The key names
+// its order without a foreign key (migration 00006): this statement is the
+// only writer of either row, and orders are never deleted. Every timestamp is the database's clock, as are the
 // lock expiry, the sweep and key retention, so skew between replicas
 // cannot make the worker take over live requests early.
 func insertOrderWithKey(ctx context.Context, q Querier, o *Order, key string, fingerprint []byte, lockFor time.Duration) error {
