@@ -97,17 +97,18 @@ type JobInserter interface {
 
 // Service runs the checkout flow.
 type Service struct {
-	db     *pgxpool.Pool
-	payer  Payer
-	jobs   JobInserter
-	prices PriceChecker // nil: prices are trusted (no CATALOG_URL)
-	cfg    Config
-	log    *slog.Logger
+	db      *pgxpool.Pool
+	payer   Payer
+	jobs    JobInserter
+	prices  PriceChecker // nil: prices are trusted (no CATALOG_URL)
+	settles *settler
+	cfg     Config
+	log     *slog.Logger
 }
 
 // NewService wires the flow's dependencies.
 func NewService(db *pgxpool.Pool, payer Payer, jobs JobInserter, cfg Config, log *slog.Logger) *Service {
-	return &Service{db: db, payer: payer, jobs: jobs, cfg: cfg, log: log}
+	return &Service{db: db, payer: payer, jobs: jobs, settles: newSettler(db, cfg.AsyncSettle, cfg.DBTimeout), cfg: cfg, log: log}
 }
 
 // WithPriceCheck makes Place check every new order's prices with prices
@@ -303,18 +304,21 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 	return Placed{}, fmt.Errorf("%w: order %s: %w", ErrProviderUnavailable, p.order.ID, err)
 }
 
-// settle is step 3 for a charge with an outcome: one statement moves the
-// order to its new state and records the answer (see settle in store.go).
-// If the worker settled the order first, the answer is the order as the
-// worker left it.
+// settle is step 3 for a charge with an outcome: one statement, shared
+// with the settles of concurrent requests (settler), moves the order to its
+// new state and records the answer (see settle in store.go). If the worker
+// settled the order first, the answer is the order as the worker left it.
 func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Placed, error) {
 	ctx, cancel := s.dbContext(ctx)
 	defer cancel()
-	_, answered, _, err := settleCommit(ctx, s.db, p.order, to, true, s.cfg.AsyncSettle)
-	if err != nil {
-		return Placed{}, classifyDBError(err)
+	res, err := s.settles.settle(ctx, p.order, to)
+	if err == nil {
+		err = res.err
 	}
-	return Placed{Order: answered}, nil
+	if err != nil {
+		return Placed{}, classifyDBError(fmt.Errorf("settle order %s as %s: %w", p.order.ID, to.Status, err))
+	}
+	return Placed{Order: res.answered}, nil
 }
 
 // deferOrder is step 3 without an outcome: the order becomes

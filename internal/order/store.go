@@ -27,6 +27,7 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // orderID passes an order id to pgx in binary form. A uuid.UUID is a
@@ -194,22 +195,47 @@ func releaseKey(ctx context.Context, q Querier, key string) error {
 // the request that placed it, unless an answer is stored already (a request
 // that outlived its lock does not overwrite what a resumed one answered):
 // replays rebuild their response from it (asAnswered).
-//
-// The common case is one UPDATE, one round trip, committing on its own.
-// "Still unsettled" is its WHERE clause, which PostgreSQL re-checks on the
-// latest version of the row after waiting for a concurrent writer (READ
-// COMMITTED's rule for UPDATE), so a concurrent settle is waited for, then
-// seen; no SELECT … FOR UPDATE is needed, which saves a row lock's WAL
-// record per order. Only an order found settled already takes a second
-// statement, to record its state as the answer.
 func settle(ctx context.Context, q Querier, base Order, s Settlement, answer bool) (o Order, answered Order, changed bool, err error) {
 	return settleCommit(ctx, q, base, s, answer, false)
 }
 
-// settleSQL is the common case of settleCommit. With async, the setting is
-// local to the statement's transaction, and the setting in force when it
-// commits decides whether the commit waits for the WAL flush; without, the
-// session's (the server's) synchronous_commit applies as it is.
+// settleCommit is settle, optionally committing asynchronously
+// (synchronous_commit = off for this statement's transaction alone; see
+// Config.AsyncSettle for why that is safe).
+func settleCommit(ctx context.Context, q Querier, base Order, s Settlement, answer, async bool) (o Order, answered Order, changed bool, err error) {
+	res, err := settleAll(ctx, q, []settleItem{{base: base, to: s, answer: answer}}, async)
+	if err != nil {
+		return Order{}, Order{}, false, fmt.Errorf("settle order %s as %s: %w", base.ID, s.Status, err)
+	}
+	r := res[0]
+	return r.order, r.answered, r.changed, r.err
+}
+
+// settleItem is one order for settleAll: its order as loaded, the
+// settlement, and whether the settle is its request's answer.
+type settleItem struct {
+	base   Order
+	to     Settlement
+	answer bool
+}
+
+// settleResult is settle's outcome for one settleItem.
+type settleResult struct {
+	order, answered Order
+	changed         bool
+	err             error // ErrNotFound, or the answer's statement failed
+}
+
+// settleSQL settles one order if it is still unsettled. "Still unsettled"
+// is its WHERE clause, which PostgreSQL re-checks on the latest version of
+// the row after waiting for a concurrent writer (READ COMMITTED's rule for
+// UPDATE), so a concurrent settle is waited for, then seen; no SELECT … FOR
+// UPDATE is needed, which saves a row lock's WAL record per order.
+//
+// With $6 the commit does not wait for the WAL flush: the setting is local
+// to the statement's transaction, and the setting in force when it commits
+// decides; without, the session's (the server's) synchronous_commit
+// applies as it is.
 const settleSQL = `
 	UPDATE orders SET
 		status = $2,
@@ -231,38 +257,77 @@ const answerSettledSQL = `
 	WHERE id = $1
 	RETURNING status, coalesce(charge_id, ''), coalesce(failure_reason, ''), updated_at, answered_status, answered_at`
 
-// settleCommit is settle, optionally committing asynchronously
-// (synchronous_commit = off for this statement's transaction alone; see
-// Config.AsyncSettle for why that is safe).
-func settleCommit(ctx context.Context, q Querier, base Order, s Settlement, answer, async bool) (o Order, answered Order, changed bool, err error) {
-	var (
+// settleAll is settle for several orders, returning one result per item in
+// their order. Several go to the database as
+// one pipeline of settleSQL statements with one Sync — one round trip and
+// one implicit transaction, so one commit — rather than as one statement
+// over an array, whose plan PostgreSQL caches: planned while the table is
+// small, it is a hash join over a sequential scan, and stays one as the
+// table grows. A second settle of one order in the pipeline sees the
+// first's row, as a later statement would. An error is the transaction's,
+// for all of them; only an
+// order found settled already takes a statement of its own, to record its
+// state as the answer.
+func settleAll(ctx context.Context, q Querier, items []settleItem, async bool) ([]settleResult, error) {
+	type settledRow struct {
+		updatedAt      time.Time
 		answeredStatus *Status
 		answeredAt     *time.Time
-	)
-	// Only what a settle can change comes back: the rest of base is
-	// immutable once written, and decoding the items again would cost more
-	// than the statement (pprof).
-	o = base
-	o.Status, o.ChargeID, o.FailureReason = s.Status, s.ChargeID, s.FailureReason
-	err = q.QueryRow(ctx, settleSQL, orderID(base.ID), s.Status, s.ChargeID, s.FailureReason, answer, async).
-		Scan(&o.UpdatedAt, &answeredStatus, &answeredAt)
-	changed = err == nil
-	if errors.Is(err, pgx.ErrNoRows) { // settled already, or no such order
-		o = base
-		err = q.QueryRow(ctx, answerSettledSQL, orderID(base.ID), answer).
-			Scan(&o.Status, &o.ChargeID, &o.FailureReason, &o.UpdatedAt, &answeredStatus, &answeredAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Order{}, Order{}, false, ErrNotFound
+	}
+	rows := make([]settledRow, len(items))
+	found := make([]bool, len(items))
+	scan := func(i int, row pgx.Row) error {
+		err := row.Scan(&rows[i].updatedAt, &rows[i].answeredStatus, &rows[i].answeredAt)
+		found[i] = err == nil
+		if errors.Is(err, pgx.ErrNoRows) { // settled already, or no such order
+			return nil
+		}
+		return err
+	}
+	args := func(it settleItem) []any {
+		return []any{orderID(it.base.ID), it.to.Status, it.to.ChargeID, it.to.FailureReason, it.answer, async}
+	}
+	if len(items) == 1 {
+		if err := scan(0, q.QueryRow(ctx, settleSQL, args(items[0])...)); err != nil {
+			return nil, err
+		}
+	} else {
+		var b pgx.Batch
+		for i, it := range items {
+			b.Queue(settleSQL, args(it)...).QueryRow(func(row pgx.Row) error { return scan(i, row) })
+		}
+		if err := q.SendBatch(ctx, &b).Close(); err != nil {
+			return nil, err
 		}
 	}
-	if err != nil {
-		return Order{}, Order{}, false, fmt.Errorf("settle order %s as %s: %w", base.ID, s.Status, err)
+
+	results := make([]settleResult, len(items))
+	for i, it := range items {
+		// Only what a settle can change comes back: the rest of base is
+		// immutable once written, and decoding the items again would cost
+		// more than the statement (pprof).
+		res, row, o := &results[i], rows[i], it.base
+		if found[i] {
+			o.Status, o.ChargeID, o.FailureReason = it.to.Status, it.to.ChargeID, it.to.FailureReason
+		} else {
+			err := q.QueryRow(ctx, answerSettledSQL, orderID(it.base.ID), it.answer).
+				Scan(&o.Status, &o.ChargeID, &o.FailureReason, &row.updatedAt, &row.answeredStatus, &row.answeredAt)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				res.err = ErrNotFound
+				continue
+			case err != nil:
+				res.err = fmt.Errorf("record the answer of settled order %s: %w", it.base.ID, err)
+				continue
+			}
+		}
+		o.UpdatedAt = row.updatedAt.UTC()
+		res.order, res.changed = o, found[i]
+		if row.answeredStatus != nil {
+			res.answered = asAnswered(o, *row.answeredStatus, *row.answeredAt)
+		}
 	}
-	o.UpdatedAt = o.UpdatedAt.UTC()
-	if answeredStatus != nil {
-		answered = asAnswered(o, *answeredStatus, *answeredAt)
-	}
-	return o, answered, changed, nil
+	return results, nil
 }
 
 // Settle is settle for the worker, on an order it loaded: no request waits
