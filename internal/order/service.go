@@ -101,6 +101,7 @@ type Service struct {
 	payer   Payer
 	jobs    JobInserter
 	prices  PriceChecker // nil: prices are trusted (no CATALOG_URL)
+	claims  *claimer
 	settles *settler
 	cfg     Config
 	log     *slog.Logger
@@ -108,7 +109,8 @@ type Service struct {
 
 // NewService wires the flow's dependencies.
 func NewService(db *pgxpool.Pool, payer Payer, jobs JobInserter, cfg Config, log *slog.Logger) *Service {
-	return &Service{db: db, payer: payer, jobs: jobs, settles: newSettler(db, cfg.AsyncSettle, cfg.DBTimeout), cfg: cfg, log: log}
+	return &Service{db: db, payer: payer, jobs: jobs, claims: newClaimer(db, cfg.DBTimeout),
+		settles: newSettler(db, cfg.AsyncSettle, cfg.DBTimeout), cfg: cfg, log: log}
 }
 
 // WithPriceCheck makes Place check every new order's prices with prices
@@ -217,15 +219,16 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 		return p, keyClaim{}, err
 	}
 	dbCtx, cancel := s.dbContext(ctx)
-	err = insertOrderWithKey(dbCtx, s.db, &o, key, req.Fingerprint(), lockFor)
+	op, err := s.claims.claim(dbCtx, claimOp{order: o, key: key, fingerprint: req.Fingerprint(), lockFor: lockFor})
 	cancel()
-	if err == nil {
-		p.order = o
-		return p, keyClaim{state: idempotency.Claimed}, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) { // ErrNoRows: the key existed
+	if err != nil {
 		return p, keyClaim{}, err
 	}
+	if op.claimed {
+		p.order = op.order
+		return p, keyClaim{state: idempotency.Claimed}, nil
+	}
+	// The key existed.
 
 	var claim keyClaim
 	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {

@@ -56,31 +56,79 @@ const orderColumns = `o.id, o.status, o.customer_id, o.currency, o.payment_metho
 // this statement's transaction ends, then finds the key taken: that wait is
 // what makes concurrent identical requests produce one order. The key names
 // its order without a foreign key (migration 00006): this statement is the
-// only writer of either row, and orders are never deleted. Every timestamp is the database's clock, as are the
-// lock expiry, the sweep and key retention, so skew between replicas
-// cannot make the worker take over live requests early.
+// only writer of either row, and orders are never deleted. Every timestamp
+// is the database's clock, as are the lock expiry, the sweep and key
+// retention, so skew between replicas cannot make the worker take over live
+// requests early.
 func insertOrderWithKey(ctx context.Context, q Querier, o *Order, key string, fingerprint []byte, lockFor time.Duration) error {
-	items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
-	// Positional arguments: pgx rewrites named ones by parsing the SQL text
-	// on every call (8 % of checkout's CPU under load, by pprof).
-	err := q.QueryRow(ctx, `
-		WITH claimed AS (
-			INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
-			VALUES ($1, $2, $3, now() + make_interval(secs => $4))
-			ON CONFLICT (key) DO NOTHING
-			RETURNING order_id
-		)
-		INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total,
-		                    created_at, updated_at, last_attempt_at)
-		SELECT order_id, $5, $6, $7, $8, $9::text::jsonb, $10, now(), now(), now()
-		FROM claimed
-		RETURNING created_at`,
-		key, fingerprint, orderID(o.ID), lockFor.Seconds(),
-		o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total,
-	).Scan(&o.CreatedAt)
-	o.CreatedAt = o.CreatedAt.UTC()
-	o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
-	return err
+	op := claimOp{order: *o, key: key, fingerprint: fingerprint, lockFor: lockFor}
+	if err := insertOrdersWithKeys(ctx, q, []*claimOp{&op}); err != nil {
+		return err
+	}
+	if !op.claimed {
+		return pgx.ErrNoRows
+	}
+	*o = op.order
+	return nil
+}
+
+// claimOp is one first write for insertOrdersWithKeys: the order to insert
+// under its key; then whether the key was new, and the order inserted with
+// its timestamps filled in.
+type claimOp struct {
+	order       Order
+	key         string
+	fingerprint []byte
+	lockFor     time.Duration
+	claimed     bool
+}
+
+// Positional arguments: pgx rewrites named ones by parsing the SQL text on
+// every call (8 % of checkout's CPU under load, by pprof).
+const insertOrderWithKeySQL = `
+	WITH claimed AS (
+		INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
+		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+		ON CONFLICT (key) DO NOTHING
+		RETURNING order_id
+	)
+	INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total,
+	                    created_at, updated_at, last_attempt_at)
+	SELECT order_id, $5, $6, $7, $8, $9::text::jsonb, $10, now(), now(), now()
+	FROM claimed
+	RETURNING created_at`
+
+// insertOrdersWithKeys is insertOrderWithKey for several first writes.
+// Several go to the database as one pipeline with one Sync — one round trip
+// and one implicit transaction, so one synchronous commit — and each op
+// learns whether its key was new. An error is the transaction's: then
+// nothing was written for any of them.
+func insertOrdersWithKeys(ctx context.Context, q Querier, ops []*claimOp) error {
+	scan := func(op *claimOp, row pgx.Row) error {
+		err := row.Scan(&op.order.CreatedAt)
+		op.claimed = err == nil
+		if errors.Is(err, pgx.ErrNoRows) { // the key existed
+			return nil
+		}
+		o := &op.order
+		o.CreatedAt = o.CreatedAt.UTC()
+		o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
+		return err
+	}
+	args := func(op *claimOp) []any {
+		o := op.order
+		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
+		return []any{op.key, op.fingerprint, orderID(o.ID), op.lockFor.Seconds(),
+			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total}
+	}
+	if len(ops) == 1 {
+		return scan(ops[0], q.QueryRow(ctx, insertOrderWithKeySQL, args(ops[0])...))
+	}
+	var b pgx.Batch
+	for _, op := range ops {
+		b.Queue(insertOrderWithKeySQL, args(op)...).QueryRow(func(row pgx.Row) error { return scan(op, row) })
+	}
+	return q.SendBatch(ctx, &b).Close()
 }
 
 // keyClaim is what lookupKey found for a key seen before.

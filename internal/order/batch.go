@@ -1,0 +1,193 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// maxBatch bounds one pipeline of statements. Requests are bounded by the
+// API pool long before this under any load the pool admits; the bound only
+// keeps a pipeline's size and its row locks modest.
+const maxBatch = 64
+
+// batcher runs the statements of concurrent requests together: while one
+// pipeline is in flight, the calls that arrive wait and go together in the
+// next one — one round trip and one implicit transaction, so one commit,
+// for all of them. Nothing waits for a batch to fill: at low load every
+// pipeline holds one call, as if there were no batching; under load a batch
+// holds what arrived during the previous round trip, so it grows with the
+// load and the database's latency. A goroutine runs the pipelines while
+// there are calls and ends when there are none.
+//
+// A pipeline the server refuses — a deadlock with another process's over
+// two of the same rows, a row a constraint rejects — fails every call in
+// it, so each is then run on its own: one bad row fails only its request.
+// A lost connection or a timeout is not retried that way: the next
+// statements would meet the same database.
+type batcher[C any] struct {
+	// run runs the statements of calls as one pipeline (or, for one call,
+	// one statement) and records each call's result; an error is the
+	// pipeline's, for all of them.
+	run     func(ctx context.Context, calls []*batchCall[C]) error
+	timeout time.Duration // per pipeline (Config.DBTimeout)
+	event   string        // the span event each call's request gets
+
+	mu       sync.Mutex
+	queue    []*batchCall[C]
+	flushing bool // a goroutine is running pipelines
+}
+
+// batchCall is one request's statement waiting in a batcher.
+type batchCall[C any] struct {
+	ctx  context.Context // the request's: its trace, for the pipeline's span
+	in   C               // the statement's arguments and, once done, its result
+	err  error           // the pipeline's error, if it failed
+	done chan struct{}   // closed once in and err are final
+}
+
+// do queues in and waits for its pipeline, or for ctx to end; the pipeline
+// then still runs, since what it records has happened.
+func (b *batcher[C]) do(ctx context.Context, in C) (C, error) {
+	c := &batchCall[C]{ctx: ctx, in: in, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	start := !b.flushing
+	b.flushing = true
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+	}
+	select {
+	case <-c.done:
+		return c.in, c.err
+	case <-ctx.Done():
+		return in, ctx.Err()
+	}
+}
+
+// flush runs pipelines until the queue is empty.
+func (b *batcher[C]) flush() {
+	for {
+		batch := b.take()
+		if len(batch) == 0 {
+			return
+		}
+		b.runBatch(batch)
+	}
+}
+
+// take removes the next batch from the queue, up to maxBatch calls. With
+// the queue empty it ends the flush, under the same lock that do checks it
+// with.
+func (b *batcher[C]) take() []*batchCall[C] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.flushing = false
+		return nil
+	}
+	n := min(len(b.queue), maxBatch)
+	batch := b.queue[:n:n]
+	b.queue = b.queue[n:]
+	return batch
+}
+
+// runBatch runs one batch and completes every call in it.
+func (b *batcher[C]) runBatch(batch []*batchCall[C]) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), b.timeout)
+	defer cancel()
+	err := b.run(ctx, batch)
+	var refused *pgconn.PgError
+	if err != nil && len(batch) > 1 && errors.As(err, &refused) {
+		for _, c := range batch {
+			b.runBatch([]*batchCall[C]{c})
+		}
+		return
+	}
+	for _, c := range batch {
+		c.err = err
+		trace.SpanFromContext(c.ctx).AddEvent(b.event, trace.WithAttributes(attribute.Int("batch_size", len(batch))))
+		close(c.done)
+	}
+}
+
+// settler settles the orders the API charged, many to a pipeline (batcher;
+// DESIGN.md "Durability" allows the settle to be batched). Deferrals are
+// not batched: they insert a job in the same transaction. Nor is the
+// worker's settle, which completes its job with it.
+type settler struct {
+	b batcher[settleOp]
+}
+
+// settleOp is one settle: the order and settlement, then its result.
+type settleOp struct {
+	item settleItem
+	res  settleResult
+}
+
+func newSettler(db Querier, async bool, timeout time.Duration) *settler {
+	run := func(ctx context.Context, calls []*batchCall[settleOp]) error {
+		items := make([]settleItem, len(calls))
+		for i, c := range calls {
+			items[i] = c.in.item
+		}
+		results, err := settleAll(ctx, db, items, async)
+		if err != nil {
+			return err
+		}
+		for i, c := range calls {
+			c.in.res = results[i]
+		}
+		return nil
+	}
+	return &settler{b: batcher[settleOp]{run: run, timeout: timeout, event: "order settled"}}
+}
+
+// settle settles base as s and records the result as its request's answer
+// (see settle in store.go). It returns when the order's pipeline has run,
+// or when ctx ends; the pipeline then still runs, since the charge it
+// records has happened.
+func (s *settler) settle(ctx context.Context, base Order, to Settlement) (settleResult, error) {
+	op, err := s.b.do(ctx, settleOp{item: settleItem{base: base, to: to, answer: true}})
+	return op.res, err
+}
+
+// claimer runs the first writes of concurrent requests — key claim and
+// pending order — many to a pipeline (batcher). Each request goes on to
+// charge only once the pipeline holding its order has committed,
+// synchronously, so batching changes no durability rule: the order is
+// stored before the provider is called.
+type claimer struct {
+	b batcher[claimOp]
+}
+
+func newClaimer(db Querier, timeout time.Duration) *claimer {
+	run := func(ctx context.Context, calls []*batchCall[claimOp]) error {
+		ops := make([]*claimOp, 0, len(calls))
+		for _, c := range calls {
+			// A request that stopped waiting answered 503, which promises
+			// that nothing was stored: its write must not happen later.
+			if c.ctx.Err() == nil {
+				ops = append(ops, &c.in)
+			}
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		return insertOrdersWithKeys(ctx, db, ops)
+	}
+	return &claimer{b: batcher[claimOp]{run: run, timeout: timeout, event: "order stored"}}
+}
+
+// claim runs op's first write (see insertOrderWithKey) and returns op with
+// its outcome. It returns when the pipeline holding it has committed, or
+// when ctx ends; a claim not yet sent by then is not sent at all.
+func (c *claimer) claim(ctx context.Context, op claimOp) (claimOp, error) {
+	return c.b.do(ctx, op)
+}
