@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// maxBatch bounds one pipeline of statements. Requests are bounded by the
-// API pool long before this under any load the pool admits; the bound only
-// keeps a pipeline's size and its row locks modest.
+// maxBatch bounds one pipeline of statements. The API pool (16 requests by
+// default) bounds a batch long before this; the bound only keeps a
+// pipeline's size and its row locks modest when the pool is made large.
 const maxBatch = 64
 
 // batcher runs the statements of concurrent requests together: while one
@@ -51,8 +51,10 @@ type batchCall[C any] struct {
 	done chan struct{}   // closed once in and err are final
 }
 
-// do queues in and waits for its pipeline, or for ctx to end; the pipeline
-// then still runs, since what it records has happened.
+// do queues in and waits for its pipeline, or for ctx to end. Whether a
+// call whose ctx ended is still sent is run's to decide: a settle is (the
+// charge it records happened), a first write is not (its request answered
+// 503, which promises nothing was stored).
 func (b *batcher[C]) do(ctx context.Context, in C) (C, error) {
 	c := &batchCall[C]{ctx: ctx, in: in, done: make(chan struct{})}
 	b.mu.Lock()
