@@ -3,9 +3,11 @@ package order
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -25,11 +27,11 @@ const maxBatch = 64
 // load and the database's latency. A goroutine runs the pipelines while
 // there are calls and ends when there are none.
 //
-// A pipeline the server refuses — a deadlock with another process's over
-// two of the same rows, a row a constraint rejects — fails every call in
-// it, so each is then run on its own: one bad row fails only its request.
-// A lost connection or a timeout is not retried that way: the next
-// statements would meet the same database.
+// A pipeline the server rejects — a row a constraint refuses, a deadlock
+// with another process's pipeline over two of the same rows — fails every
+// call in it, so each is then run on its own: one bad row fails only its
+// request. A database that is unavailable (lost connection, timeout,
+// shutdown) is not retried that way: the next statements would meet it too.
 type batcher[C any] struct {
 	// run runs the statements of calls as one pipeline (or, for one call,
 	// one statement) and records each call's result; an error is the
@@ -37,6 +39,13 @@ type batcher[C any] struct {
 	run     func(ctx context.Context, calls []*batchCall[C]) error
 	timeout time.Duration // per pipeline (Config.DBTimeout)
 	event   string        // the span event each call's request gets
+	// sendAbandoned: a call whose request stopped waiting is still sent
+	// (a settle: the charge it records happened). Without, such a call is
+	// withdrawn while it is queued, a request whose call was sent waits for
+	// the outcome, and a pipeline ends by its requests' deadlines: a first
+	// write's request that answers 503 ("nothing was stored") must not have
+	// its order stored after all.
+	sendAbandoned bool
 
 	mu       sync.Mutex
 	queue    []*batchCall[C]
@@ -45,16 +54,15 @@ type batcher[C any] struct {
 
 // batchCall is one request's statement waiting in a batcher.
 type batchCall[C any] struct {
-	ctx  context.Context // the request's: its trace, for the pipeline's span
+	ctx  context.Context // the request's: its deadline and its trace
 	in   C               // the statement's arguments and, once done, its result
 	err  error           // the pipeline's error, if it failed
+	sent bool            // taken into a pipeline; under the batcher's mu
 	done chan struct{}   // closed once in and err are final
 }
 
-// do queues in and waits for its pipeline, or for ctx to end. Whether a
-// call whose ctx ended is still sent is run's to decide: a settle is (the
-// charge it records happened), a first write is not (its request answered
-// 503, which promises nothing was stored).
+// do queues in and waits for its pipeline, or for ctx to end (see
+// sendAbandoned for what happens to the call then).
 func (b *batcher[C]) do(ctx context.Context, in C) (C, error) {
 	c := &batchCall[C]{ctx: ctx, in: in, done: make(chan struct{})}
 	b.mu.Lock()
@@ -69,8 +77,23 @@ func (b *batcher[C]) do(ctx context.Context, in C) (C, error) {
 	case <-c.done:
 		return c.in, c.err
 	case <-ctx.Done():
-		return in, ctx.Err()
 	}
+	if !b.sendAbandoned && !b.withdraw(c) {
+		<-c.done // sent: its pipeline ends by this request's deadline
+		return c.in, c.err
+	}
+	return in, ctx.Err()
+}
+
+// withdraw takes c out of the queue unless a pipeline has taken it.
+func (b *batcher[C]) withdraw(c *batchCall[C]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.sent {
+		return false
+	}
+	b.queue = slices.DeleteFunc(b.queue, func(q *batchCall[C]) bool { return q == c })
+	return true
 }
 
 // flush runs pipelines until the queue is empty.
@@ -84,9 +107,9 @@ func (b *batcher[C]) flush() {
 	}
 }
 
-// take removes the next batch from the queue, up to maxBatch calls. With
-// the queue empty it ends the flush, under the same lock that do checks it
-// with.
+// take removes the next batch from the queue, up to maxBatch calls, and
+// marks them sent. With the queue empty it ends the flush, under the same
+// lock that do checks it with.
 func (b *batcher[C]) take() []*batchCall[C] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -95,18 +118,28 @@ func (b *batcher[C]) take() []*batchCall[C] {
 		return nil
 	}
 	n := min(len(b.queue), maxBatch)
-	batch := b.queue[:n:n]
-	b.queue = b.queue[n:]
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	for _, c := range batch {
+		c.sent = true
+	}
 	return batch
 }
 
 // runBatch runs one batch and completes every call in it.
 func (b *batcher[C]) runBatch(batch []*batchCall[C]) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), b.timeout)
+	deadline := time.Now().Add(b.timeout)
+	if !b.sendAbandoned {
+		for _, c := range batch {
+			if d, ok := c.ctx.Deadline(); ok && d.Before(deadline) {
+				deadline = d
+			}
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(batch[0].ctx), deadline)
 	defer cancel()
 	err := b.run(ctx, batch)
-	var refused *pgconn.PgError
-	if err != nil && len(batch) > 1 && errors.As(err, &refused) {
+	if len(batch) > 1 && rejected(err) {
 		for _, c := range batch {
 			b.runBatch([]*batchCall[C]{c})
 		}
@@ -117,6 +150,19 @@ func (b *batcher[C]) runBatch(batch []*batchCall[C]) {
 		trace.SpanFromContext(c.ctx).AddEvent(b.event, trace.WithAttributes(attribute.Int("batch_size", len(batch))))
 		close(c.done)
 	}
+}
+
+// rejected reports whether the server refused a statement for what it
+// would write — bad data, a constraint, a deadlock or serialization
+// failure — rather than being unavailable; only then may the statements of
+// a pipeline fare differently one by one.
+func rejected(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgerrcode.IsDataException(pgErr.Code) || pgerrcode.IsIntegrityConstraintViolation(pgErr.Code) ||
+		pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure
 }
 
 // settler settles the orders the API charged, many to a pipeline (batcher;
@@ -148,7 +194,7 @@ func newSettler(db Querier, async bool, timeout time.Duration) *settler {
 		}
 		return nil
 	}
-	return &settler{b: batcher[settleOp]{run: run, timeout: timeout, event: "order settled"}}
+	return &settler{b: batcher[settleOp]{run: run, timeout: timeout, event: "order settled", sendAbandoned: true}}
 }
 
 // settle settles base as s and records the result as its request's answer
@@ -171,16 +217,9 @@ type claimer struct {
 
 func newClaimer(db Querier, timeout time.Duration) *claimer {
 	run := func(ctx context.Context, calls []*batchCall[claimOp]) error {
-		ops := make([]*claimOp, 0, len(calls))
-		for _, c := range calls {
-			// A request that stopped waiting answered 503, which promises
-			// that nothing was stored: its write must not happen later.
-			if c.ctx.Err() == nil {
-				ops = append(ops, &c.in)
-			}
-		}
-		if len(ops) == 0 {
-			return nil
+		ops := make([]*claimOp, len(calls))
+		for i, c := range calls {
+			ops[i] = &c.in
 		}
 		return insertOrdersWithKeys(ctx, db, ops)
 	}
@@ -188,8 +227,9 @@ func newClaimer(db Querier, timeout time.Duration) *claimer {
 }
 
 // claim runs op's first write (see insertOrderWithKey) and returns op with
-// its outcome. It returns when the pipeline holding it has committed, or
-// when ctx ends; a claim not yet sent by then is not sent at all.
+// its outcome once the pipeline holding it has committed or failed. If ctx
+// ends first, a claim still queued is never sent, and one already sent is
+// waited for: its pipeline is bounded by ctx's deadline.
 func (c *claimer) claim(ctx context.Context, op claimOp) (claimOp, error) {
 	return c.b.do(ctx, op)
 }

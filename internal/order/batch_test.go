@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,16 +40,30 @@ func whileBlocked[C any](t *testing.T, db *pgxpool.Pool, q *batcher[C], queued i
 		t.Fatal(err)
 	}
 	go first()
-	for waiting := false; !waiting; {
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitForALockWait(t, db)
 	enqueue()
 	waitQueued(t, q, queued)
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitForALockWait returns once a session of the test's database waits for
+// a lock.
+func waitForALockWait(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		var waiting bool
+		if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no statement waits for the lock the test holds")
+		}
 	}
 }
 
@@ -79,7 +94,7 @@ func waitQueued[C any](t *testing.T, b *batcher[C], n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d settles queued, want %d", queued, n)
+			t.Fatalf("%d calls queued, want %d", queued, n)
 		}
 		runtime.Gosched()
 	}
@@ -137,8 +152,8 @@ func TestSettlesArrivingDuringAStatementShareTheNext(t *testing.T) {
 			outcomes[i] = make(chan settleOutcome, 1)
 			go func() {
 				ctx, span := tracer.Start(context.Background(), fmt.Sprint("request ", i))
-				defer span.End()
 				res, err := b.settle(ctx, o, Settlement{Status: StatusPaid, ChargeID: fmt.Sprint("ch_", i)})
+				span.End() // before the outcome, which the span check waits for
 				outcomes[i] <- settleOutcome{res, err}
 			}()
 		}
@@ -320,8 +335,8 @@ func TestFirstWritesArrivingDuringAStatementShareTheNext(t *testing.T) {
 			in := claimOf(t, fmt.Sprint("key-", i))
 			go func() {
 				ctx, span := tracer.Start(context.Background(), fmt.Sprint("request ", i))
-				defer span.End()
 				op, err := c.claim(ctx, in)
+				span.End() // before the outcome, which the span check waits for
 				outcomes[i] <- claimOutcome{op, err}
 			}()
 		}
@@ -339,7 +354,11 @@ func TestFirstWritesArrivingDuringAStatementShareTheNext(t *testing.T) {
 			t.Errorf("stored order %d = %+v, %v; want it pending, created as the claim said", i, stored, err)
 		}
 	}
-	for _, s := range spans.Ended() {
+	ended := spans.Ended()
+	if len(ended) != n {
+		t.Fatalf("%d request spans ended, want %d", len(ended), n)
+	}
+	for _, s := range ended {
 		sizes := batchSizes(s, "order stored")
 		if len(sizes) != 1 || sizes[0] != n {
 			t.Errorf("%s: stored in batches of %v, want one batch of all %d", s.Name(), sizes, n)
@@ -366,7 +385,7 @@ func TestTwoClaimsOfOneKeyInABatchMakeOneOrder(t *testing.T) {
 	})
 	a, b := <-outcomes[0], <-outcomes[1]
 	if a.err != nil || b.err != nil || a.op.claimed == b.op.claimed {
-		t.Fatalf("claims of one key = %+v, %v and %+v, %v; want exactly one claimed, no error", a.op, a.err, b.op, b.op)
+		t.Fatalf("claims of one key = %+v, %v and %+v, %v; want exactly one claimed, no error", a.op, a.err, b.op, b.err)
 	}
 	var orders int
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM orders o JOIN idempotency_keys k ON k.order_id = o.id WHERE k.key = 'same'`).Scan(&orders); err != nil || orders != 1 {
@@ -382,7 +401,7 @@ func TestAClaimWhoseRequestLeftIsNotSent(t *testing.T) {
 	db := dbtest.Pool(t)
 	c := newClaimer(db, 10*time.Second)
 	left := claimOf(t, "left")
-	behindABlockedClaim(t, db, c, 1, func() {
+	behindABlockedClaim(t, db, c, 0, func() { // leaving withdrew it from the queue
 		leave(t, &c.b, func(ctx context.Context) error {
 			_, err := c.claim(ctx, left)
 			return err
@@ -400,5 +419,62 @@ func TestAClaimWhoseRequestLeftIsNotSent(t *testing.T) {
 	}
 	if keys != 0 || orders != 0 {
 		t.Errorf("after its request left: %d key rows, %d orders; want none", keys, orders)
+	}
+}
+
+// TestAClaimInFlightEndsByItsRequestsDeadline: a request whose first write
+// is in flight when its deadline passes gets its answer by that deadline —
+// the pipeline is bounded by it — not by the pipeline's own, longer
+// timeout. (As for any single statement, a write on its way when the
+// deadline passes may still commit; see Service.dbContext.)
+func TestAClaimInFlightEndsByItsRequestsDeadline(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	c := newClaimer(db, 10*time.Second)
+	in := claimOf(t, "in-flight")
+	lock, err := db.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.Background()) }()
+	if _, err := lock.Exec(context.Background(), `INSERT INTO idempotency_keys (key, request_fingerprint) VALUES ($1, $2)`,
+		in.key, make([]byte, 32)); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.claim(ctx, in) // waits on the key the test holds
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 5*time.Second {
+		t.Errorf("claim blocked past its 300 ms deadline = %v after %v; want the deadline's error by then", err, took)
+	}
+}
+
+// TestOnlyRejectedPipelinesAreRerunOneByOne: a pipeline is re-run statement
+// by statement only when the server refused what it would write; an
+// unavailable database would refuse each statement again, one timeout after
+// another, while every newer call waits.
+func TestOnlyRejectedPipelinesAreRerunOneByOne(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]bool{
+		pgerrcode.CheckViolation:            true,
+		pgerrcode.UniqueViolation:           true,
+		pgerrcode.InvalidTextRepresentation: true,
+		pgerrcode.DeadlockDetected:          true,
+		pgerrcode.SerializationFailure:      true,
+		pgerrcode.QueryCanceled:             false, // statement_timeout
+		pgerrcode.AdminShutdown:             false,
+		pgerrcode.CrashShutdown:             false,
+		pgerrcode.CannotConnectNow:          false,
+		pgerrcode.TooManyConnections:        false,
+		pgerrcode.ConnectionFailure:         false,
+	} {
+		if got := rejected(fmt.Errorf("settle: %w", &pgconn.PgError{Code: code})); got != want {
+			t.Errorf("rejected(SQLSTATE %s) = %v, want %v", code, got, want)
+		}
+	}
+	if rejected(context.DeadlineExceeded) || rejected(nil) {
+		t.Error("a timeout or no error counts as rejected")
 	}
 }

@@ -101,9 +101,14 @@ const insertOrderWithKeySQL = `
 // insertOrdersWithKeys is insertOrderWithKey for several first writes.
 // Several go to the database as one pipeline with one Sync — one round trip
 // and one implicit transaction, so one synchronous commit — and each op
-// learns whether its key was new. An error is the transaction's: then
-// nothing was written for any of them.
+// learns whether its key was new. An error is the whole pipeline's: when
+// the server refused a statement (a *pgconn.PgError) the transaction rolled
+// back and nothing was written; a connection lost or a deadline passed on
+// the way leaves it unknown, as it does for a single statement.
 func insertOrdersWithKeys(ctx context.Context, q Querier, ops []*claimOp) error {
+	for _, op := range ops { // a pipeline that failed may have set some
+		op.claimed = false
+	}
 	scan := func(op *claimOp, row pgx.Row) error {
 		err := row.Scan(&op.order.CreatedAt)
 		op.claimed = err == nil
@@ -312,10 +317,10 @@ const answerSettledSQL = `
 // over an array, whose plan PostgreSQL caches: planned while the table is
 // small, it is a hash join over a sequential scan, and stays one as the
 // table grows. A second settle of one order in the pipeline sees the
-// first's row, as a later statement would. An error is the transaction's,
-// for all of them; only an
-// order found settled already takes a statement of its own, to record its
-// state as the answer.
+// first's row, as a later statement would. An error is the whole
+// pipeline's (see insertOrdersWithKeys for what it says about what was
+// written); only an order found settled already takes a statement of its
+// own, to record its state as the answer.
 func settleAll(ctx context.Context, q Querier, items []settleItem, async bool) ([]settleResult, error) {
 	type settledRow struct {
 		updatedAt      time.Time
