@@ -147,7 +147,9 @@ func (b *batcher[C]) runBatch(batch []*batchCall[C]) {
 	}
 	for _, c := range batch {
 		c.err = err
-		trace.SpanFromContext(c.ctx).AddEvent(b.event, trace.WithAttributes(attribute.Int("batch_size", len(batch))))
+		if span := trace.SpanFromContext(c.ctx); span.IsRecording() {
+			span.AddEvent(b.event, trace.WithAttributes(attribute.Int("batch_size", len(batch))))
+		}
 		close(c.done)
 	}
 }
@@ -226,7 +228,7 @@ func newClaimer(db Querier, timeout time.Duration) *claimer {
 	return &claimer{b: batcher[claimOp]{run: run, timeout: timeout, event: "order stored"}}
 }
 
-// claim runs op's first write (see insertOrderWithKey) and returns op with
+// claim runs op's first write (see insertOrdersWithKeys) and returns op with
 // its outcome once the pipeline holding it has committed or failed. If ctx
 // ends first, a claim still queued is never sent, and one already sent is
 // waited for: its pipeline is bounded by ctx's deadline.

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -81,6 +83,24 @@ func behindABlockedStatement(t *testing.T, db *pgxpool.Pool, b *settler, queued 
 		first <- settleOutcome{res, err}
 	}, enqueue)
 	return <-first
+}
+
+// oneTransaction checks that the latest versions of the orders ids were
+// all written by one transaction (one xmin): one commit for the batch.
+func oneTransaction(t *testing.T, db *pgxpool.Pool, ids []uuid.UUID) {
+	t.Helper()
+	pgIDs := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		pgIDs[i] = orderID(id)
+	}
+	var rows, xacts int
+	if err := db.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT xmin::text) FROM orders WHERE id = ANY($1)`, pgIDs).
+		Scan(&rows, &xacts); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(ids) || xacts != 1 {
+		t.Errorf("%d of the %d orders written by %d transactions, want all by one", rows, len(ids), xacts)
+	}
 }
 
 // waitQueued returns once n calls wait in b's queue.
@@ -161,7 +181,9 @@ func TestSettlesArrivingDuringAStatementShareTheNext(t *testing.T) {
 	if first.err != nil || !first.res.changed || first.res.answered.ChargeID != "ch_blocker" {
 		t.Errorf("blocked settle = %+v, %v; want it applied", first.res, first.err)
 	}
+	ids := make([]uuid.UUID, len(orders))
 	for i, o := range orders {
+		ids[i] = o.ID
 		got := <-outcomes[i]
 		want := fmt.Sprint("ch_", i)
 		if got.err != nil || got.res.err != nil || !got.res.changed ||
@@ -173,6 +195,7 @@ func TestSettlesArrivingDuringAStatementShareTheNext(t *testing.T) {
 			t.Errorf("stored order %d = %+v, %v; want paid by %s", i, stored, err, want)
 		}
 	}
+	oneTransaction(t, db, ids)
 	ended := spans.Ended()
 	if len(ended) != len(orders) {
 		t.Fatalf("%d request spans ended, want %d", len(ended), len(orders))
@@ -300,6 +323,12 @@ type claimOutcome struct {
 	err error
 }
 
+// holdKey inserts key in tx, uncommitted: a claim of it waits for tx.
+func holdKey(tx pgx.Tx, key string) error {
+	_, err := tx.Exec(context.Background(), `INSERT INTO idempotency_keys (key, request_fingerprint) VALUES ($1, $2)`, key, make([]byte, 32))
+	return err
+}
+
 // behindABlockedClaim runs whileBlocked for a claimer: the blocked call
 // claims a key the test has inserted and not committed. It returns that
 // call's outcome.
@@ -308,10 +337,7 @@ func behindABlockedClaim(t *testing.T, db *pgxpool.Pool, c *claimer, queued int,
 	key := fmt.Sprintf("blocker-%p", c)
 	in := claimOf(t, key)
 	first := make(chan claimOutcome, 1)
-	whileBlocked(t, db, &c.b, queued, func(tx pgx.Tx) error {
-		_, err := tx.Exec(context.Background(), `INSERT INTO idempotency_keys (key, request_fingerprint) VALUES ($1, $2)`, key, make([]byte, 32))
-		return err
-	}, func() {
+	whileBlocked(t, db, &c.b, queued, func(tx pgx.Tx) error { return holdKey(tx, key) }, func() {
 		op, err := c.claim(context.Background(), in)
 		first <- claimOutcome{op, err}
 	}, enqueue)
@@ -344,6 +370,7 @@ func TestFirstWritesArrivingDuringAStatementShareTheNext(t *testing.T) {
 	if first.err != nil || !first.op.claimed {
 		t.Errorf("blocked claim = %+v, %v; want the key claimed once the other transaction rolled back", first.op, first.err)
 	}
+	var ids []uuid.UUID
 	for i := range outcomes {
 		got := <-outcomes[i]
 		if got.err != nil || !got.op.claimed || got.op.order.CreatedAt.IsZero() {
@@ -353,7 +380,9 @@ func TestFirstWritesArrivingDuringAStatementShareTheNext(t *testing.T) {
 		if err != nil || stored.Status != StatusPending || !stored.CreatedAt.Equal(got.op.order.CreatedAt) {
 			t.Errorf("stored order %d = %+v, %v; want it pending, created as the claim said", i, stored, err)
 		}
+		ids = append(ids, got.op.order.ID)
 	}
+	oneTransaction(t, db, ids)
 	ended := spans.Ended()
 	if len(ended) != n {
 		t.Fatalf("%d request spans ended, want %d", len(ended), n)
@@ -437,8 +466,7 @@ func TestAClaimInFlightEndsByItsRequestsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lock.Rollback(context.Background()) }()
-	if _, err := lock.Exec(context.Background(), `INSERT INTO idempotency_keys (key, request_fingerprint) VALUES ($1, $2)`,
-		in.key, make([]byte, 32)); err != nil {
+	if err := holdKey(lock, in.key); err != nil {
 		t.Fatal(err)
 	}
 

@@ -148,7 +148,7 @@ type placement struct {
 // Place creates the order for one Idempotency-Key and tries to charge it.
 //
 //  1. One statement claims the key and inserts the order as pending (see
-//     insertOrderWithKey). From here on the order cannot be lost: if this
+//     insertOrdersWithKeys). From here on the order cannot be lost: if this
 //     process dies, the worker's sweep gives it a charge job.
 //  2. The charge runs through the Payer (retry → breaker → concurrency
 //     limit → timeout) within PaymentBudget; Charge decides what it means.

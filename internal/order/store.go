@@ -40,41 +40,9 @@ func orderID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: tr
 const orderColumns = `o.id, o.status, o.customer_id, o.currency, o.payment_method, o.items, o.total,
 	coalesce(o.charge_id, ''), coalesce(o.failure_reason, ''), o.created_at, o.updated_at, coalesce(o.last_attempt_at, o.created_at)`
 
-// insertOrderWithKey is the first write of the checkout flow, one statement
-// (one round trip, one atomic unit): claim the Idempotency-Key for lockFor
-// and, only if it was new, insert the order as pending. It fills in o's
-// timestamps and returns pgx.ErrNoRows when the key existed; then nothing
-// was written and the caller goes on with lookupKey.
-//
-// The pending order is the durable intent to charge: if this process dies
-// before settling it, the worker's sweep (internal/worker) gives every
-// pending order older than the longest request a charge job. No job row is
-// written here, so the common case — charged at once — never inserts and
-// deletes one.
-//
-// A concurrent claim of the same key waits on the key's primary key until
-// this statement's transaction ends, then finds the key taken: that wait is
-// what makes concurrent identical requests produce one order. The key names
-// its order without a foreign key (migration 00006): this statement is the
-// only writer of either row, and orders are never deleted. Every timestamp
-// is the database's clock, as are the lock expiry, the sweep and key
-// retention, so skew between replicas cannot make the worker take over live
-// requests early.
-func insertOrderWithKey(ctx context.Context, q Querier, o *Order, key string, fingerprint []byte, lockFor time.Duration) error {
-	op := claimOp{order: *o, key: key, fingerprint: fingerprint, lockFor: lockFor}
-	if err := insertOrdersWithKeys(ctx, q, []*claimOp{&op}); err != nil {
-		return err
-	}
-	if !op.claimed {
-		return pgx.ErrNoRows
-	}
-	*o = op.order
-	return nil
-}
-
-// claimOp is one first write for insertOrdersWithKeys: the order to insert
-// under its key; then whether the key was new, and the order inserted with
-// its timestamps filled in.
+// claimOp is one first write of the checkout flow for insertOrdersWithKeys:
+// the order to insert under its key; then whether the key was new, and the
+// order as inserted, its timestamps filled in.
 type claimOp struct {
 	order       Order
 	key         string
@@ -83,6 +51,8 @@ type claimOp struct {
 	claimed     bool
 }
 
+// insertOrderWithKeySQL claims the Idempotency-Key for lockFor and, only if
+// it was new, inserts the order as pending: one statement, one atomic unit.
 // Positional arguments: pgx rewrites named ones by parsing the SQL text on
 // every call (8 % of checkout's CPU under load, by pprof).
 const insertOrderWithKeySQL = `
@@ -98,20 +68,37 @@ const insertOrderWithKeySQL = `
 	FROM claimed
 	RETURNING created_at`
 
-// insertOrdersWithKeys is insertOrderWithKey for several first writes.
-// Several go to the database as one pipeline with one Sync — one round trip
-// and one implicit transaction, so one synchronous commit — and each op
-// learns whether its key was new. An error is the whole pipeline's: when
-// the server refused a statement (a *pgconn.PgError) the transaction rolled
-// back and nothing was written; a connection lost or a deadline passed on
-// the way leaves it unknown, as it does for a single statement.
+// insertOrdersWithKeys runs the first write of each op
+// (insertOrderWithKeySQL). An op whose key existed comes back unclaimed:
+// nothing was written for it and its request goes on with lookupKey.
+//
+// The pending order is the durable intent to charge: if this process dies
+// before settling it, the worker's sweep (internal/worker) gives every
+// pending order older than the longest request a charge job. No job row is
+// written here, so the common case — charged at once — never inserts and
+// deletes one.
+//
+// A concurrent claim of the same key waits on the key's primary key until
+// this statement's transaction ends, then finds the key taken: that wait is
+// what makes concurrent identical requests produce one order (and a second
+// claim of a key in the same pipeline sees the first's row). The key names
+// its order without a foreign key (migration 00006): this statement is the
+// only writer of either row, and orders are never deleted. Every timestamp
+// is the database's clock, as are the lock expiry, the sweep and key
+// retention, so skew between replicas cannot make the worker take over live
+// requests early.
+//
+// Several ops go as one pipeline (see eachRow): one synchronous commit.
 func insertOrdersWithKeys(ctx context.Context, q Querier, ops []*claimOp) error {
-	for _, op := range ops { // a pipeline that failed may have set some
-		op.claimed = false
-	}
-	scan := func(op *claimOp, row pgx.Row) error {
+	return eachRow(ctx, q, insertOrderWithKeySQL, len(ops), func(i int) []any {
+		o := ops[i].order
+		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
+		return []any{ops[i].key, ops[i].fingerprint, orderID(o.ID), ops[i].lockFor.Seconds(),
+			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total}
+	}, func(i int, row pgx.Row) error {
+		op := ops[i]
 		err := row.Scan(&op.order.CreatedAt)
-		op.claimed = err == nil
+		op.claimed = err == nil            // a pipeline that failed before may have set it
 		if errors.Is(err, pgx.ErrNoRows) { // the key existed
 			return nil
 		}
@@ -119,19 +106,23 @@ func insertOrdersWithKeys(ctx context.Context, q Querier, ops []*claimOp) error 
 		o.CreatedAt = o.CreatedAt.UTC()
 		o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
 		return err
-	}
-	args := func(op *claimOp) []any {
-		o := op.order
-		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
-		return []any{op.key, op.fingerprint, orderID(o.ID), op.lockFor.Seconds(),
-			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total}
-	}
-	if len(ops) == 1 {
-		return scan(ops[0], q.QueryRow(ctx, insertOrderWithKeySQL, args(ops[0])...))
+	})
+}
+
+// eachRow runs sql once for each of n argument lists and hands each row
+// (or its pgx.ErrNoRows) to scan. One runs as one statement; several as one
+// pipeline with one Sync — one round trip and one implicit transaction, so
+// one commit. An error is the whole pipeline's: when the server refused a
+// statement (a *pgconn.PgError) the transaction rolled back and nothing was
+// written; a connection lost or a deadline passed on the way leaves it
+// unknown, as it does for a single statement.
+func eachRow(ctx context.Context, q Querier, sql string, n int, args func(i int) []any, scan func(i int, row pgx.Row) error) error {
+	if n == 1 {
+		return scan(0, q.QueryRow(ctx, sql, args(0)...))
 	}
 	var b pgx.Batch
-	for _, op := range ops {
-		b.Queue(insertOrderWithKeySQL, args(op)...).QueryRow(func(row pgx.Row) error { return scan(op, row) })
+	for i := range n {
+		b.Queue(sql, args(i)...).QueryRow(func(row pgx.Row) error { return scan(i, row) })
 	}
 	return q.SendBatch(ctx, &b).Close()
 }
@@ -311,16 +302,13 @@ const answerSettledSQL = `
 	RETURNING status, coalesce(charge_id, ''), coalesce(failure_reason, ''), updated_at, answered_status, answered_at`
 
 // settleAll is settle for several orders, returning one result per item in
-// their order. Several go to the database as
-// one pipeline of settleSQL statements with one Sync — one round trip and
-// one implicit transaction, so one commit — rather than as one statement
-// over an array, whose plan PostgreSQL caches: planned while the table is
-// small, it is a hash join over a sequential scan, and stays one as the
-// table grows. A second settle of one order in the pipeline sees the
-// first's row, as a later statement would. An error is the whole
-// pipeline's (see insertOrdersWithKeys for what it says about what was
-// written); only an order found settled already takes a statement of its
-// own, to record its state as the answer.
+// their order. Several go as one pipeline of settleSQL statements (eachRow)
+// rather than as one statement over arrays, whose plan PostgreSQL caches:
+// planned while the table is small, it is a hash join over a sequential
+// scan, and stays one as the table grows. A second settle of one order in
+// the pipeline sees the first's row, as a later statement would. An error
+// is the whole pipeline's; only an order found settled already takes a
+// statement of its own, to record its state as the answer.
 func settleAll(ctx context.Context, q Querier, items []settleItem, async bool) ([]settleResult, error) {
 	type settledRow struct {
 		updatedAt      time.Time
@@ -329,29 +317,19 @@ func settleAll(ctx context.Context, q Querier, items []settleItem, async bool) (
 	}
 	rows := make([]settledRow, len(items))
 	found := make([]bool, len(items))
-	scan := func(i int, row pgx.Row) error {
+	err := eachRow(ctx, q, settleSQL, len(items), func(i int) []any {
+		it := items[i]
+		return []any{orderID(it.base.ID), it.to.Status, it.to.ChargeID, it.to.FailureReason, it.answer, async}
+	}, func(i int, row pgx.Row) error {
 		err := row.Scan(&rows[i].updatedAt, &rows[i].answeredStatus, &rows[i].answeredAt)
 		found[i] = err == nil
 		if errors.Is(err, pgx.ErrNoRows) { // settled already, or no such order
 			return nil
 		}
 		return err
-	}
-	args := func(it settleItem) []any {
-		return []any{orderID(it.base.ID), it.to.Status, it.to.ChargeID, it.to.FailureReason, it.answer, async}
-	}
-	if len(items) == 1 {
-		if err := scan(0, q.QueryRow(ctx, settleSQL, args(items[0])...)); err != nil {
-			return nil, err
-		}
-	} else {
-		var b pgx.Batch
-		for i, it := range items {
-			b.Queue(settleSQL, args(it)...).QueryRow(func(row pgx.Row) error { return scan(i, row) })
-		}
-		if err := q.SendBatch(ctx, &b).Close(); err != nil {
-			return nil, err
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	results := make([]settleResult, len(items))

@@ -99,10 +99,11 @@ func newPendingOrder(t *testing.T, db Querier, key string) Order {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := insertOrderWithKey(context.Background(), db, &o, key, make([]byte, 32), time.Minute); err != nil {
-		t.Fatal(err)
+	op := claimOp{order: o, key: key, fingerprint: make([]byte, 32), lockFor: time.Minute}
+	if err := insertOrdersWithKeys(context.Background(), db, []*claimOp{&op}); err != nil || !op.claimed {
+		t.Fatalf("insert pending order: %v (claimed %v)", err, op.claimed)
 	}
-	return o
+	return op.order
 }
 
 // TestConcurrentSettlesTheFirstWins: a settle that had to wait for another
