@@ -1,10 +1,15 @@
 package api_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/order"
 )
 
 // TestDatabaseOutage cuts checkout off its database (a proxy blackholes the
@@ -72,5 +77,51 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 	if orders, keys := b.rows(t); orders != 2 || keys != 2 {
 		t.Errorf("rows: %d orders, %d keys; want 2 and 2", orders, keys)
+	}
+}
+
+// cutAfterCharge charges through Payer, then cuts checkout off its
+// database before the answer returns: the order is stored and charged, and
+// its settle meets a database that is gone.
+type cutAfterCharge struct {
+	order.Payer
+	proxy *dbtest.Proxy
+}
+
+func (p *cutAfterCharge) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {
+	r, err := p.Payer.Charge(ctx, req)
+	p.proxy.Cut()
+	return r, err
+}
+
+// TestAStoredOrderIsNeverAnswered503: a database that fails after the
+// order's first write committed — here, under the settle of a charge that
+// succeeded — gets the answer 202 with the order as stored, never a 503,
+// which would tell the client nothing was stored (and a client who then
+// orders again with a new key would pay twice).
+func TestAStoredOrderIsNeverAnswered503(t *testing.T) {
+	t.Parallel()
+	payer := &cutAfterCharge{}
+	b, proxy := setup(t, options{proxy: true, wrapPayer: func(p order.Payer) order.Payer { payer.Payer = p; return payer }})
+	payer.proxy = proxy
+
+	r := b.post(t, newKey(), validBody)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("database lost after the charge: %v; want 202", r)
+	}
+	var o struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(r.body, &o); err != nil || o.Status != "pending" {
+		t.Fatalf("202 body %s (%v); want the order as stored, pending", r.body, err)
+	}
+	proxy.Restore()
+	var status string
+	if err := b.db.QueryRow(context.Background(), `SELECT status FROM orders WHERE id = $1`, o.ID).Scan(&status); err != nil {
+		t.Fatalf("the 202's order is not stored: %v", err)
+	}
+	if charges := b.sim.Stats().TotalCharges; charges != 1 {
+		t.Errorf("provider charges = %d, want 1", charges)
 	}
 }

@@ -112,6 +112,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		invalid     *order.ValidationError
 		mismatch    *catalog.MismatchError
 		unavailable *catalog.UnavailableError
+		unknown     *order.OutcomeUnknownError
 		p           Problem
 	)
 	switch {
@@ -144,10 +145,15 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		p = newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", err.Error()+"; use a new key for a new order.")
 	case errors.Is(err, order.ErrNotFound):
 		p = newProblem(http.StatusNotFound, "", "No order has this id.")
+	case errors.As(err, &unknown):
+		// Not a 503: that answer promises nothing was stored.
+		log.WarnContext(r.Context(), "database did not confirm the order's first write", "err", err)
+		w.Header().Set("Retry-After", seconds(unknown.RetryAfter))
+		p = newProblem(http.StatusGatewayTimeout, "outcome-unknown", "The database did not confirm in time whether the order was stored. Retry with the same Idempotency-Key after Retry-After to learn the outcome; do not place the order again with a new key.")
 	case errors.Is(err, order.ErrUnavailable):
 		log.WarnContext(r.Context(), "database unavailable", "err", err)
 		w.Header().Set("Retry-After", seconds(retryAfterUnavailable))
-		p = newProblem(http.StatusServiceUnavailable, "storage-unavailable", "The order could not be stored or settled right now. Retry with the same Idempotency-Key: a retry never creates a second order or charge.")
+		p = newProblem(http.StatusServiceUnavailable, "storage-unavailable", "The order could not be accepted right now, and nothing was stored. Retry with the same Idempotency-Key.")
 	case errors.Is(err, order.ErrProviderTimeout):
 		p = newProblem(http.StatusGatewayTimeout, "payment-timeout", "The payment provider did not answer in time. The order is saved and will be charged later.")
 	case errors.Is(err, order.ErrProviderUnavailable):

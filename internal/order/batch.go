@@ -3,12 +3,14 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -40,12 +42,16 @@ type batcher[C any] struct {
 	timeout time.Duration // per pipeline (Config.DBTimeout)
 	event   string        // the span event each call's request gets
 	// sendAbandoned: a call whose request stopped waiting is still sent
-	// (a settle: the charge it records happened). Without, such a call is
-	// withdrawn while it is queued, a request whose call was sent waits for
-	// the outcome, and a pipeline ends by its requests' deadlines: a first
-	// write's request that answers 503 ("nothing was stored") must not have
-	// its order stored after all.
+	// (a settle: the charge it records happened). Without, a call is only
+	// sent while its request can wait for the outcome (minLeft), a queued
+	// call whose request leaves is withdrawn, and a request whose call was
+	// sent waits for the outcome: a first write's request that answers 503
+	// ("nothing was stored") must not have its order stored after all.
 	sendAbandoned bool
+	// minLeft: without sendAbandoned, a call is only taken into a pipeline
+	// while its request has at least this long left to wait for it. A call
+	// with less is answered errNotSent, never sent.
+	minLeft time.Duration
 
 	mu       sync.Mutex
 	queue    []*batchCall[C]
@@ -79,7 +85,7 @@ func (b *batcher[C]) do(ctx context.Context, in C) (C, error) {
 	case <-ctx.Done():
 	}
 	if !b.sendAbandoned && !b.withdraw(c) {
-		<-c.done // sent: its pipeline ends by this request's deadline
+		<-c.done // sent: the server ends its pipeline in time (claimer)
 		return c.in, c.err
 	}
 	return in, ctx.Err()
@@ -108,11 +114,22 @@ func (b *batcher[C]) flush() {
 }
 
 // take removes the next batch from the queue, up to maxBatch calls, and
-// marks them sent. With the queue empty it ends the flush, under the same
-// lock that do checks it with.
+// marks them sent. A call whose request can no longer wait for a pipeline
+// (minLeft) is taken out and answered errNotSent instead. With the queue
+// empty it ends the flush, under the same lock that do checks it with.
 func (b *batcher[C]) take() []*batchCall[C] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.sendAbandoned {
+		b.queue = slices.DeleteFunc(b.queue, func(c *batchCall[C]) bool {
+			if b.canWait(c) {
+				return false
+			}
+			c.err = errNotSent
+			close(c.done)
+			return true
+		})
+	}
 	if len(b.queue) == 0 {
 		b.flushing = false
 		return nil
@@ -126,17 +143,24 @@ func (b *batcher[C]) take() []*batchCall[C] {
 	return batch
 }
 
-// runBatch runs one batch and completes every call in it.
-func (b *batcher[C]) runBatch(batch []*batchCall[C]) {
-	deadline := time.Now().Add(b.timeout)
-	if !b.sendAbandoned {
-		for _, c := range batch {
-			if d, ok := c.ctx.Deadline(); ok && d.Before(deadline) {
-				deadline = d
-			}
-		}
+// canWait reports whether c's request has minLeft to wait for a pipeline.
+func (b *batcher[C]) canWait(c *batchCall[C]) bool {
+	if c.ctx.Err() != nil {
+		return false
 	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(batch[0].ctx), deadline)
+	d, ok := c.ctx.Deadline()
+	return !ok || time.Until(d) >= b.minLeft
+}
+
+// errNotSent answers a call that was never sent because its request could
+// no longer wait for the outcome: nothing was written for it.
+var errNotSent = fmt.Errorf("not sent, the request's deadline is too close: %w", context.DeadlineExceeded)
+
+// runBatch runs one batch and completes every call in it. The pipeline has
+// its own timeout, whatever the deadlines of the requests in it: one
+// request's deadline never bounds another's write.
+func (b *batcher[C]) runBatch(batch []*batchCall[C]) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), b.timeout)
 	defer cancel()
 	err := b.run(ctx, batch)
 	if len(batch) > 1 && rejected(err) {
@@ -213,25 +237,51 @@ func (s *settler) settle(ctx context.Context, base Order, to Settlement) (settle
 // charge only once the pipeline holding its order has committed,
 // synchronously, so batching changes no durability rule: the order is
 // stored before the provider is called.
+//
+// A request that answers 503 promises that nothing was stored (DESIGN.md,
+// "A 503 stores nothing"). A first write commits only once checkout has
+// seen every statement succeed and sends COMMIT (insertOrdersWithKeys), so
+// a pipeline that fails, or is abandoned, stores nothing. And the answer
+// comes while its request still waits for it: each pipeline's statements
+// run under a server-side statement_timeout (claimBound, a third of the
+// pipeline's timeout), and a call is only sent while its request has half
+// as long again left (minLeft), so a statement waiting on a lock is
+// cancelled by the server and the request told before it gives up. A
+// pipeline is never bounded by a request's deadline, so one request's
+// deadline never cuts another's write short. Only a COMMIT sent and not
+// answered (a connection lost at that moment, a synchronous standby that
+// does not confirm) leaves the outcome unknown, and the request says so.
 type claimer struct {
 	b batcher[claimOp]
 }
 
-func newClaimer(db Querier, timeout time.Duration) *claimer {
+func newClaimer(db *pgxpool.Pool, timeout time.Duration) *claimer {
+	bound := claimBound(timeout)
 	run := func(ctx context.Context, calls []*batchCall[claimOp]) error {
 		ops := make([]*claimOp, len(calls))
 		for i, c := range calls {
 			ops[i] = &c.in
 		}
-		return insertOrdersWithKeys(ctx, db, ops)
+		conn, err := db.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		defer conn.Release()
+		return insertOrdersWithKeys(ctx, conn.Conn(), ops, bound)
 	}
-	return &claimer{b: batcher[claimOp]{run: run, timeout: timeout, event: "order stored"}}
+	return &claimer{b: batcher[claimOp]{run: run, timeout: timeout, event: "order stored", minLeft: bound + bound/2}}
 }
 
+// claimBound is the server-side bound of one first-write pipeline's
+// statements: a third of the pipeline's client-side timeout, so a request
+// that waited behind one bounded pipeline still has time for its own.
+func claimBound(timeout time.Duration) time.Duration { return timeout / 3 }
+
 // claim runs op's first write (see insertOrdersWithKeys) and returns op with
-// its outcome once the pipeline holding it has committed or failed. If ctx
-// ends first, a claim still queued is never sent, and one already sent is
-// waited for: its pipeline is bounded by ctx's deadline.
+// its outcome once the pipeline holding it has committed or failed. A claim
+// whose request cannot wait for a pipeline any more (ctx ends, or is about
+// to) is never sent; one already sent is waited for: the server ends it in
+// time. Its error wraps errNotSent, errOutcomeUnknown, or the server's.
 func (c *claimer) claim(ctx context.Context, op claimOp) (claimOp, error) {
 	return c.b.do(ctx, op)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -451,15 +452,15 @@ func TestAClaimWhoseRequestLeftIsNotSent(t *testing.T) {
 	}
 }
 
-// TestAClaimInFlightEndsByItsRequestsDeadline: a request whose first write
-// is in flight when its deadline passes gets its answer by that deadline —
-// the pipeline is bounded by it — not by the pipeline's own, longer
-// timeout. (As for any single statement, a write on its way when the
-// deadline passes may still commit; see Service.dbContext.)
-func TestAClaimInFlightEndsByItsRequestsDeadline(t *testing.T) {
+// TestAClaimWaitingOnALockIsCancelledByTheServer: a first write waiting on
+// a lock is ended by the server (the pipeline's statement_timeout, a third
+// of its timeout), rolled back, and the request told so while it still
+// waits — rather than giving up on a statement the server may commit later.
+func TestAClaimWaitingOnALockIsCancelledByTheServer(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)
-	c := newClaimer(db, 10*time.Second)
+	const timeout = 3 * time.Second
+	c := newClaimer(db, timeout)
 	in := claimOf(t, "in-flight")
 	lock, err := db.Begin(context.Background())
 	if err != nil {
@@ -470,13 +471,101 @@ func TestAClaimInFlightEndsByItsRequestsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
 	_, err = c.claim(ctx, in) // waits on the key the test holds
-	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 5*time.Second {
-		t.Errorf("claim blocked past its 300 ms deadline = %v after %v; want the deadline's error by then", err, took)
+	took := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.QueryCanceled || took >= timeout {
+		t.Fatalf("claim waiting on a held key = %v after %v; want the server's cancellation (57014) before the %v deadline", err, took, timeout)
 	}
+	if err := lock.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingStored(t, db, in)
+}
+
+// assertNothingStored fails unless neither op's key nor its order exists.
+func assertNothingStored(t *testing.T, db *pgxpool.Pool, op claimOp) {
+	t.Helper()
+	var keys, orders int
+	if err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM idempotency_keys WHERE key = $1),
+		(SELECT count(*) FROM orders WHERE id = $2)`, op.key, orderID(op.order.ID)).Scan(&keys, &orders); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 0 || orders != 0 {
+		t.Errorf("claim of %q: %d key rows, %d orders; want none", op.key, keys, orders)
+	}
+}
+
+// TestAClaimIsNotBoundedByAnotherRequestsDeadline: two requests queue
+// behind a slow pipeline, one with a long budget and one with 400 ms. The
+// short one can no longer wait for a pipeline and is never sent; the long
+// one's pipeline — itself waiting on a lock for 600 ms — is not cut short
+// by the other's deadline, and its order is stored.
+func TestAClaimIsNotBoundedByAnotherRequestsDeadline(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	c := newClaimer(db, 3*time.Second) // bound 1 s; a call is sent with 1.5 s left
+	long, short := claimOf(t, "long"), claimOf(t, "short")
+	// The test holds long's key too, so that long's own pipeline waits.
+	hold, err := db.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(context.Background()) }()
+	if err := holdKey(hold, long.key); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]chan claimOutcome{long.key: make(chan claimOutcome, 1), short.key: make(chan claimOutcome, 1)}
+	behindABlockedClaim(t, db, c, 2, func() {
+		for _, q := range []struct {
+			in     claimOp
+			budget time.Duration
+		}{{long, 5 * time.Second}, {short, 400 * time.Millisecond}} {
+			in, budget := q.in, q.budget
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), budget)
+				defer cancel()
+				op, err := c.claim(ctx, in)
+				outcomes[in.key] <- claimOutcome{op, err}
+			}()
+		}
+	})
+	waitForALockWait(t, db) // long's pipeline waits on its key
+	time.Sleep(600 * time.Millisecond)
+	if err := hold.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-outcomes[long.key]; got.err != nil || !got.op.claimed {
+		t.Errorf("claim with a 5 s budget = %+v, %v; want it claimed", got.op, got.err)
+	}
+	if got := <-outcomes[short.key]; !errors.Is(got.err, errNotSent) {
+		t.Errorf("claim with a 400 ms budget = %v; want errNotSent", got.err)
+	}
+	assertNothingStored(t, db, short)
+}
+
+// TestAHealthyClaimIsNotSentWithAnExpiredOne: a call whose request already
+// gave up is taken out of the queue, never sent, and does not bound the
+// pipeline of the call queued beside it.
+func TestAHealthyClaimIsNotSentWithAnExpiredOne(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	c := newClaimer(db, 3*time.Second)
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	calls := []*batchCall[claimOp]{
+		{ctx: expired, in: claimOf(t, "expired"), done: make(chan struct{})},
+		{ctx: context.Background(), in: claimOf(t, "healthy"), done: make(chan struct{})},
+	}
+	c.b.queue, c.b.flushing = slices.Clone(calls), true // as do leaves them, before the flush runs
+	c.b.flush()
+	if gone, healthy := calls[0], calls[1]; !errors.Is(gone.err, errNotSent) || healthy.err != nil || !healthy.in.claimed {
+		t.Fatalf("expired call: %v; healthy call: %v, claimed %v; want errNotSent, and the healthy one claimed", gone.err, healthy.err, healthy.in.claimed)
+	}
+	assertNothingStored(t, db, calls[0].in)
 }
 
 // TestOnlyRejectedPipelinesAreRerunOneByOne: a pipeline is re-run statement

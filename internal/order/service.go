@@ -34,7 +34,26 @@ var (
 	// 504. The order stays pending and the worker charges it later.
 	ErrProviderUnavailable = errors.New("payment provider unavailable")
 	ErrProviderTimeout     = errors.New("payment provider timed out")
+	// ErrOutcomeUnknown: the order's first write was sent, but the database
+	// confirmed neither its commit nor its rollback (a connection lost, a
+	// commit that did not return in time). The order may be stored, so the
+	// answer must not say "nothing stored" (a 503 does): see
+	// OutcomeUnknownError.
+	ErrOutcomeUnknown = errors.New("the order may or may not have been stored")
 )
+
+// OutcomeUnknownError is ErrOutcomeUnknown with when to ask again: a retry
+// with the same Idempotency-Key learns the outcome — it resumes the stored
+// order, or places it if nothing was stored — once the key's lock, taken
+// by the write in doubt, has expired.
+type OutcomeUnknownError struct {
+	RetryAfter time.Duration
+	err        error
+}
+
+func (e *OutcomeUnknownError) Error() string        { return ErrOutcomeUnknown.Error() + ": " + e.err.Error() }
+func (e *OutcomeUnknownError) Unwrap() error        { return e.err }
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // Config tunes the checkout flow.
 type Config struct {
@@ -172,6 +191,9 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 		}
 	}
 	p, claim, err := s.begin(ctx, key, req, total)
+	if errors.Is(err, errOutcomeUnknown) {
+		return Placed{}, &OutcomeUnknownError{RetryAfter: s.cfg.lockTTL(), err: err}
+	}
 	if err != nil {
 		return Placed{}, classifyDBError(err)
 	}
@@ -272,12 +294,18 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 	if MayCharge(p.order, s.cfg.KeyRetention, time.Now()) {
 		if p.resumed {
 			// A new attempt for an old order: the worker must not trust a
-			// lookup's "no charge" until this one has had time to land.
+			// lookup's "no charge" until this one has had time to land,
+			// nor settle the order from a lookup made before it (see
+			// MarkAttempt); and an order the worker settled meanwhile is
+			// answered as it stands, not charged again.
 			dbCtx, cancelDB := s.dbContext(ctx)
-			err := MarkAttempt(dbCtx, s.db, p.order.ID)
+			marked, err := MarkAttempt(dbCtx, s.db, p.order.ID)
 			cancelDB()
 			if err != nil {
-				return Placed{}, classifyDBError(err)
+				return s.stored(ctx, p, err)
+			}
+			if !marked {
+				return s.settledMeanwhile(ctx, p)
 			}
 		}
 		to, settled, err = Charge(chargeCtx, s.payer, p.order)
@@ -319,9 +347,37 @@ func (s *Service) settle(ctx context.Context, p placement, to Settlement) (Place
 		err = res.err
 	}
 	if err != nil {
-		return Placed{}, classifyDBError(fmt.Errorf("settle order %s as %s: %w", p.order.ID, to.Status, err))
+		return s.stored(ctx, p, fmt.Errorf("settle order %s as %s: %w", p.order.ID, to.Status, err))
 	}
 	return Placed{Order: res.answered}, nil
+}
+
+// settledMeanwhile answers a resumed request whose order was settled
+// between its key lookup and its charge attempt: the order as it stands.
+func (s *Service) settledMeanwhile(ctx context.Context, p placement) (Placed, error) {
+	dbCtx, cancel := s.dbContext(ctx)
+	o, err := Get(dbCtx, s.db, p.order.ID)
+	cancel()
+	if err != nil {
+		return s.stored(ctx, p, err)
+	}
+	p.order = o
+	return s.settle(ctx, p, Settlement{Status: o.Status})
+}
+
+// stored answers a request whose order is stored when a later database
+// step fails: never 503, which would say nothing was stored. The answer is
+// 202 with the order as this request last knew it — the worker's sweep
+// charges or settles it, under the same provider key — and a retry with
+// the same Idempotency-Key gets the order as it then stands once the key's
+// lock expires. This answer is not recorded for replays: the database
+// that was to record it failed.
+func (s *Service) stored(ctx context.Context, p placement, err error) (Placed, error) {
+	if !database.IsUnavailable(err) {
+		return Placed{}, err
+	}
+	s.log.WarnContext(ctx, "database failed after the order was stored; the worker finishes it", "order_id", p.order.ID, "err", err)
+	return Placed{Order: p.order, RetryAfter: s.cfg.lockTTL()}, nil
 }
 
 // deferOrder is step 3 without an outcome: the order becomes
@@ -343,7 +399,7 @@ func (s *Service) deferOrder(ctx context.Context, p placement) (Placed, error) {
 		return err
 	})
 	if err != nil {
-		return Placed{}, classifyDBError(fmt.Errorf("defer order %s: %w", p.order.ID, err))
+		return s.stored(ctx, p, fmt.Errorf("defer order %s: %w", p.order.ID, err))
 	}
 	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -88,25 +89,74 @@ const insertOrderWithKeySQL = `
 // retention, so skew between replicas cannot make the worker take over live
 // requests early.
 //
-// Several ops go as one pipeline (see eachRow): one synchronous commit.
-func insertOrdersWithKeys(ctx context.Context, q Querier, ops []*claimOp) error {
-	return eachRow(ctx, q, insertOrderWithKeySQL, len(ops), func(i int) []any {
-		o := ops[i].order
+// Every op goes in one transaction, begun by the pipeline that carries the
+// statements: one round trip for all of them, then COMMIT, one synchronous
+// commit for all of them. The COMMIT is its own round trip so that until it
+// is sent nothing can be committed: a request that gave up, a connection
+// lost, a server that never answered — each leaves nothing behind (the
+// server rolls back a transaction its client abandoned), so the request may
+// truly answer "nothing stored". Only a COMMIT sent and not answered leaves
+// the outcome unknown (errOutcomeUnknown).
+//
+// A bound above zero is the statement_timeout of each statement (set for
+// this transaction only, so it also holds through a pooler in transaction
+// mode): a statement waiting on a lock is cancelled by the server, and the
+// request learns so, before the request gives up (see claimer). An
+// abandoned transaction is rolled back by the server after as long idle.
+func insertOrdersWithKeys(ctx context.Context, conn *pgx.Conn, ops []*claimOp, bound time.Duration) error {
+	var b pgx.Batch
+	b.Queue(`BEGIN`)
+	if bound > 0 {
+		ms := strconv.FormatInt(max(1, bound.Milliseconds()), 10)
+		b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`, ms, ms)
+	}
+	for _, op := range ops {
+		o := op.order
 		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
-		return []any{ops[i].key, ops[i].fingerprint, orderID(o.ID), ops[i].lockFor.Seconds(),
-			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total}
-	}, func(i int, row pgx.Row) error {
-		op := ops[i]
-		err := row.Scan(&op.order.CreatedAt)
-		op.claimed = err == nil            // a pipeline that failed before may have set it
-		if errors.Is(err, pgx.ErrNoRows) { // the key existed
-			return nil
-		}
-		o := &op.order
-		o.CreatedAt = o.CreatedAt.UTC()
-		o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
+		b.Queue(insertOrderWithKeySQL, op.key, op.fingerprint, orderID(o.ID), op.lockFor.Seconds(),
+			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&op.order.CreatedAt)
+			op.claimed = err == nil            // a pipeline that failed before may have set it
+			if errors.Is(err, pgx.ErrNoRows) { // the key existed
+				return nil
+			}
+			o := &op.order
+			o.CreatedAt = o.CreatedAt.UTC()
+			o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
+			return err
+		})
+	}
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		abandon(conn, err)
 		return err
-	})
+	}
+	if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) { // refused, or never sent
+			return err
+		}
+		return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+	}
+	return nil
+}
+
+// errOutcomeUnknown: a first write's COMMIT was sent and not answered. The
+// order may be stored; the request's key finds out.
+var errOutcomeUnknown = errors.New("the database did not confirm the first write's commit")
+
+// abandon ends the transaction a failed pipeline left open. The server
+// refused a statement (a *pgconn.PgError): the connection is sound, so the
+// aborted transaction is rolled back and the connection goes back to the
+// pool. Any other failure leaves the connection in doubt, and the pool
+// discards a connection returned inside a transaction.
+func abandon(conn *pgx.Conn, err error) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, `ROLLBACK`)
 }
 
 // eachRow runs sql once for each of n argument lists and hands each row
@@ -261,6 +311,9 @@ type settleItem struct {
 	base   Order
 	to     Settlement
 	answer bool
+	// unattempted: apply only if no charge attempt began since base was
+	// loaded (its LastAttemptAt is still the order's last attempt).
+	unattempted bool
 }
 
 // settleResult is settle's outcome for one settleItem.
@@ -276,6 +329,8 @@ type settleResult struct {
 // UPDATE), so a concurrent settle is waited for, then seen; no SELECT … FOR
 // UPDATE is needed, which saves a row lock's WAL record per order.
 //
+// With $7, only if no charge attempt began after $7 (SettleFromLookup).
+//
 // With $6 the commit does not wait for the WAL flush: the setting is local
 // to the statement's transaction, and the setting in force when it commits
 // decides; without, the session's (the server's) synchronous_commit
@@ -290,6 +345,7 @@ const settleSQL = `
 		answered_at = CASE WHEN $5 AND answered_status IS NULL THEN now() ELSE answered_at END
 	FROM (SELECT CASE WHEN $6 THEN set_config('synchronous_commit', 'off', true) END) AS commit_mode
 	WHERE id = $1 AND status IN ` + unsettledSQL + `
+	  AND ($7::timestamptz IS NULL OR coalesce(last_attempt_at, created_at) = $7)
 	RETURNING updated_at, answered_status, answered_at`
 
 // answerSettledSQL records the state of an order that was settled already
@@ -319,7 +375,11 @@ func settleAll(ctx context.Context, q Querier, items []settleItem, async bool) (
 	found := make([]bool, len(items))
 	err := eachRow(ctx, q, settleSQL, len(items), func(i int) []any {
 		it := items[i]
-		return []any{orderID(it.base.ID), it.to.Status, it.to.ChargeID, it.to.FailureReason, it.answer, async}
+		var attemptedAt *time.Time
+		if it.unattempted {
+			attemptedAt = &it.base.LastAttemptAt
+		}
+		return []any{orderID(it.base.ID), it.to.Status, it.to.ChargeID, it.to.FailureReason, it.answer, async, attemptedAt}
 	}, func(i int, row pgx.Row) error {
 		err := row.Scan(&rows[i].updatedAt, &rows[i].answeredStatus, &rows[i].answeredAt)
 		found[i] = err == nil
@@ -368,14 +428,32 @@ func Settle(ctx context.Context, q Querier, base Order, s Settlement) (o Order, 
 	return o, changed, err
 }
 
+// SettleFromLookup is Settle for an outcome learnt from the provider's
+// lookup (Resolve) rather than from a charge: it applies only if no charge
+// attempt began since base was loaded. A request that resumed the order
+// meanwhile (MarkAttempt) may have a charge on its way that the lookup did
+// not see yet; the order is then left as it is (changed false, o still
+// unsettled) for a later lookup, once that attempt has had time to land.
+func SettleFromLookup(ctx context.Context, q Querier, base Order, s Settlement) (o Order, changed bool, err error) {
+	res, err := settleAll(ctx, q, []settleItem{{base: base, to: s, unattempted: true}}, false)
+	if err != nil {
+		return Order{}, false, fmt.Errorf("settle order %s as %s from a lookup: %w", base.ID, s.Status, err)
+	}
+	return res[0].order, res[0].changed, res[0].err
+}
+
 // MarkAttempt records, before a charge attempt, that one is being made, so
 // that a later lookup knows how long to wait before it may trust "no
-// charge" (see Resolve). The API's own attempt is recorded by the insert.
-func MarkAttempt(ctx context.Context, q Querier, id uuid.UUID) error {
-	if _, err := q.Exec(ctx, `UPDATE orders SET last_attempt_at = now() WHERE id = $1`, orderID(id)); err != nil {
-		return fmt.Errorf("record charge attempt of order %s: %w", id, err)
+// charge" (see Resolve), and so that a worker's settle from a lookup made
+// before it is refused (SettleFromLookup). It marks only an unsettled
+// order and reports whether it did: an order settled meanwhile must not be
+// charged. The API's own first attempt is recorded by the insert.
+func MarkAttempt(ctx context.Context, q Querier, id uuid.UUID) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE orders SET last_attempt_at = now() WHERE id = $1 AND status IN `+unsettledSQL, orderID(id))
+	if err != nil {
+		return false, fmt.Errorf("record charge attempt of order %s: %w", id, err)
 	}
-	return nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // Get loads an order.

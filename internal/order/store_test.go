@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 )
@@ -92,7 +93,7 @@ func TestLookupOfAPrunedKey(t *testing.T) {
 
 // newPendingOrder stores a pending order under a fresh key, as the first
 // write of the checkout flow does.
-func newPendingOrder(t *testing.T, db Querier, key string) Order {
+func newPendingOrder(t *testing.T, db *pgxpool.Pool, key string) Order {
 	t.Helper()
 	o, err := newOrder(PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
 		Items: []Item{{SKU: "S", Quantity: 1, UnitPrice: 100}}}, 100)
@@ -100,7 +101,12 @@ func newPendingOrder(t *testing.T, db Querier, key string) Order {
 		t.Fatal(err)
 	}
 	op := claimOp{order: o, key: key, fingerprint: make([]byte, 32), lockFor: time.Minute}
-	if err := insertOrdersWithKeys(context.Background(), db, []*claimOp{&op}); err != nil || !op.claimed {
+	conn, err := db.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := insertOrdersWithKeys(context.Background(), conn.Conn(), []*claimOp{&op}, 0); err != nil || !op.claimed {
 		t.Fatalf("insert pending order: %v (claimed %v)", err, op.claimed)
 	}
 	return op.order
@@ -210,5 +216,33 @@ func TestSettleRecordsTheFirstAnswerOnly(t *testing.T) {
 
 	if _, _, _, err := settleCommit(ctx, db, Order{ID: uuid.New()}, Settlement{Status: StatusPaid, ChargeID: "ch"}, true, false); !errors.Is(err, ErrNotFound) {
 		t.Errorf("settle of an unknown order = %v, want ErrNotFound", err)
+	}
+}
+
+// TestAnAttemptIsNotMarkedOnASettledOrder: a request that resumed an order
+// the worker settled after the request's key lookup learns so from
+// MarkAttempt, and must not charge it; on an unsettled order the attempt
+// is recorded, and a settle from a lookup made before it is refused.
+func TestAnAttemptIsNotMarkedOnASettledOrder(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ctx := context.Background()
+	loaded := newPendingOrder(t, db, "k")
+	if marked, err := MarkAttempt(ctx, db, loaded.ID); err != nil || !marked {
+		t.Fatalf("MarkAttempt on a pending order = %v, %v; want marked", marked, err)
+	}
+	failed := Settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderUnavailable}
+	if o, changed, err := SettleFromLookup(ctx, db, loaded, failed); err != nil || changed || o.Status != StatusPending {
+		t.Fatalf("settle from a lookup older than the last attempt = %s, changed %v, %v; want it refused", o.Status, changed, err)
+	}
+	current, err := Get(ctx, db, loaded.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, err := SettleFromLookup(ctx, db, current, failed); err != nil || !changed {
+		t.Fatalf("settle from a lookup after the last attempt: changed %v, %v; want applied", changed, err)
+	}
+	if marked, err := MarkAttempt(ctx, db, loaded.ID); err != nil || marked {
+		t.Errorf("MarkAttempt on a failed order = %v, %v; want nothing marked", marked, err)
 	}
 }

@@ -183,8 +183,13 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 
 	// Recorded before the call, so that a later lookup knows how long to
 	// wait for this attempt to finish at the provider.
-	if err := order.MarkAttempt(ctx, w.db, o.ID); err != nil {
+	marked, err := order.MarkAttempt(ctx, w.db, o.ID)
+	if err != nil {
 		return err
+	}
+	if !marked { // settled since it was loaded
+		w.metrics.jobs.WithLabelValues(jobAlreadySettled).Inc()
+		return nil
 	}
 	to, settled, err := order.Charge(ctx, w.payer, o)
 	switch {
@@ -197,7 +202,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 			outcome = jobRejected
 			w.log.ErrorContext(ctx, "payment provider rejected the charge request", "order_id", o.ID, "err", err)
 		}
-		return w.settle(ctx, job, o, to, outcome)
+		return w.settle(ctx, job, o, to, outcome, order.Settle)
 	case errors.Is(err, order.ErrRefused):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	}
@@ -224,8 +229,21 @@ func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeA
 		w.log.ErrorContext(ctx, "order failed: the provider holds no charge for it after every attempt",
 			"order_id", o.ID, "attempts", job.Attempt, "created_at", o.CreatedAt)
 	}
-	return w.settle(ctx, job, o, to, outcome)
+	// A request that resumed the order after it was loaded may have a
+	// charge on its way that the lookup did not see: then the lookup's
+	// answer is not trusted, and the order is looked up again once that
+	// attempt has had LookupAfter to land (SettleFromLookup).
+	err = w.settle(ctx, job, o, to, outcome, order.SettleFromLookup)
+	if errors.Is(err, errAttemptedMeanwhile) {
+		w.metrics.jobs.WithLabelValues(jobSnoozed).Inc()
+		return river.JobSnooze(w.policy.LookupAfter)
+	}
+	return err
 }
+
+// errAttemptedMeanwhile: a settle from a lookup found that a charge attempt
+// began after the order was loaded.
+var errAttemptedMeanwhile = errors.New("a charge attempt began after the lookup's order was loaded")
 
 // snooze reschedules the job without using an attempt. The floor keeps a
 // half-open breaker's rejected callers from spinning; the jitter spreads a
@@ -238,13 +256,17 @@ func (w *ChargeWorker) snooze(ctx context.Context, o order.Order, wait time.Dura
 	return river.JobSnooze(wait)
 }
 
-// settle moves the order to its final state and completes the job in one
-// transaction.
-func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], base order.Order, to order.Settlement, outcome string) error {
+// settle moves the order to its final state with apply (order.Settle, or
+// order.SettleFromLookup) and completes the job in one transaction.
+func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeArgs], base order.Order, to order.Settlement, outcome string,
+	apply func(context.Context, order.Querier, order.Order, order.Settlement) (order.Order, bool, error)) error {
 	err := pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
-		o, changed, err := order.Settle(ctx, tx, base, to)
+		o, changed, err := apply(ctx, tx, base, to)
 		if err != nil {
 			return err
+		}
+		if !changed && !o.Status.Terminal() {
+			return errAttemptedMeanwhile
 		}
 		if !changed {
 			outcome = jobAlreadySettled
@@ -255,6 +277,9 @@ func (w *ChargeWorker) settle(ctx context.Context, job *river.Job[order.ChargeAr
 		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
+	if errors.Is(err, errAttemptedMeanwhile) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("settle order %s: %w", job.Args.OrderID, err)
 	}
