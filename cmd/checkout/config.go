@@ -19,6 +19,7 @@ type config struct {
 	HTTPAddr        string
 	LogLevel        string
 	DebugAddr       string
+	MetricsAddr     string // empty: /metrics on HTTPAddr
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 	Database        database.Config
@@ -47,6 +48,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
+		MetricsAddr:     env.OptionalAddr("METRICS_ADDR"),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),

@@ -68,6 +68,38 @@ func TestServeProbesAndMetrics(t *testing.T) {
 	}
 }
 
+// TestMetricsAddrServesMetricsOnlyThere: with METRICS_ADDR set, /metrics
+// answers on that listener and is gone from the API port, so a network
+// policy can open the one to the monitoring system and the other to
+// everyone.
+func TestMetricsAddrServesMetricsOnlyThere(t *testing.T) {
+	t.Parallel()
+	metricsAddr := closedAddr(t)
+	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
+		"HTTP_ADDR":    "127.0.0.1:0",
+		"METRICS_ADDR": metricsAddr,
+		"DATABASE_URL": dbtest.URL(t),
+	})
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics on METRICS_ADDR: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `http_pool_in_use{pool="api"}`) {
+		t.Errorf("GET /metrics on METRICS_ADDR = %d, want 200 with the API pool's series", resp.StatusCode)
+	}
+	if got, want := get(t, "http://"+metricsAddr+"/orders/x"), http.StatusNotFound; got != want {
+		t.Errorf("GET /orders/x on METRICS_ADDR = %d, want %d: that listener serves metrics only", got, want)
+	}
+	if got, want := get(t, p.URL+"/metrics"), http.StatusNotFound; got != want {
+		t.Errorf("GET /metrics on the API port = %d, want %d once METRICS_ADDR is set", got, want)
+	}
+	if got, want := get(t, p.URL+"/health"), http.StatusOK; got != want {
+		t.Errorf("GET /health = %d, want %d", got, want)
+	}
+}
+
 func TestStartsWithUnreachableDatabase(t *testing.T) {
 	t.Parallel()
 	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{

@@ -104,6 +104,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		APIPool:        apiPool,
 		HealthPool:     healthPool,
 		TracerProvider: tracing.Provider,
+		// With METRICS_ADDR set, /metrics is served there only.
+		MetricsElsewhere: cfg.MetricsAddr != "",
 	})
 	if int(cfg.Database.MaxConns) < cfg.APIPool.Size {
 		// Each business request holds one connection at a time; with fewer
@@ -113,7 +115,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "fleet_breaker", cfg.FleetBreaker,
 		"payment_url", redacted(cfg.PaymentURL), "traces", tracingTarget(cfg.Tracing))
-	return httpserver.Serve(ctx, httpserver.Config{Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout}, handler, logger)
+	return httpserver.Serve(ctx, httpserver.Config{
+		Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout,
+		MetricsAddr: cfg.MetricsAddr, Metrics: telemetry.Handler(reg),
+	}, handler, logger)
 }
 
 // newPools returns the API pool and the pool /health is served from: its own

@@ -4,7 +4,9 @@
 // object strictly into the k8s.io/api types (an unknown or misspelt field
 // fails), and checks the wiring against facts read from the code: the
 // variables each binary reads, the paths it serves, its listen port, the
-// Dockerfile's targets. No cluster is needed. The heavy dependencies
+// Dockerfile's targets. networkpolicy_test.go checks the NetworkPolicies
+// against the same objects: what each pod may reach and be reached by. No
+// cluster is needed. The heavy dependencies
 // (kustomize, k8s.io/api) are linked into this test binary only.
 package k8s
 
@@ -27,6 +29,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -84,7 +87,8 @@ var secretOnly = []string{"DATABASE_URL", "RIVERUI_USER", "RIVERUI_PASSWORD", "P
 
 // credentials are the variables without which a binary exposes something
 // that moves money or jobs (DESIGN.md invariant 9); in a cluster, where the
-// port is reachable from every pod, they must be set.
+// port is reachable from other pods (and from every pod where the network
+// plugin ignores NetworkPolicy), they must be set.
 var credentials = map[string][]string{
 	"worker":     {"RIVERUI_USER", "RIVERUI_PASSWORD"},
 	"paymentsim": {"PAYMENTSIM_ADMIN_TOKEN"},
@@ -118,7 +122,7 @@ func TestCodeFacts(t *testing.T) {
 	t.Parallel()
 	f := readFacts(t)
 	for name, want := range map[string][]string{
-		"checkout":   {"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "SHUTDOWN_DRAIN_DELAY", "SHUTDOWN_TIMEOUT", "RESILIENCE_MODE", "BREAKER_WINDOW"},
+		"checkout":   {"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "SHUTDOWN_DRAIN_DELAY", "SHUTDOWN_TIMEOUT", "RESILIENCE_MODE", "BREAKER_WINDOW", "METRICS_ADDR", "CATALOG_URL"},
 		"worker":     {"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "SHUTDOWN_DRAIN_DELAY", "RIVERUI_USER", "BREAKER_WINDOW"},
 		"paymentsim": {"HTTP_ADDR", "SHUTDOWN_TIMEOUT", "PAYMENTSIM_ADMIN_TOKEN"},
 	} {
@@ -161,6 +165,8 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 		demo         = "overlays/demo/kustomization.yaml"
 		paymentsim   = "overlays/demo/paymentsim.yaml"
 		postgres     = "overlays/demo/postgres.yaml"
+		policies     = "base/networkpolicy.yaml"
+		demoEgress   = "overlays/demo/egress.yaml"
 	)
 	tests := []struct {
 		name, file, old, new, wantErr string
@@ -345,6 +351,114 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 			old: "max_connections=150", new: "max_connections=120",
 			wantErr: "connections: up to 120 (replicas and surge × (DB_MAX_CONNS + each process's LISTEN connections)) > max_connections 120 - 3 reserved",
 		},
+		{
+			name: "no default deny", file: policies,
+			old: "  podSelector: {}\n  policyTypes: [Ingress, Egress]\n", new: "  podSelector: {}\n  policyTypes: [Ingress]\n",
+			wantErr: "no default-deny NetworkPolicy",
+		},
+		{
+			name: "workload no policy allows", file: paymentsim,
+			old:     "  name: paymentsim\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: paymentsim",
+			new:     "  name: paymentsim\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: simulator",
+			wantErr: "Deployment paymentsim: no NetworkPolicy allows its pods any traffic",
+		},
+		{
+			name: "policy selects no pods", file: policies,
+			old:     "  name: checkout\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: checkout",
+			new:     "  name: checkout\nspec:\n  podSelector:\n    matchLabels:\n      app.kubernetes.io/name: checkuot",
+			wantErr: "NetworkPolicy checkout: selects no pods",
+		},
+		{
+			name: "policy names a port the pods lack", file: policies,
+			old: "        - port: metrics", new: "        - port: metric",
+			wantErr: "NetworkPolicy checkout: ingress port metric is not a container port of Deployment checkout",
+		},
+		{
+			name: "egress to a port the destination lacks", file: demoEgress,
+			old: "          port: 8082", new: "          port: 8083",
+			wantErr: "NetworkPolicy checkout: egress port 8083 is not a container port of Deployment paymentsim",
+		},
+		{
+			name: "Service port no policy admits", file: policies,
+			old: "    - ports:\n        - port: http\n", new: "",
+			wantErr: "Service checkout: port 8080 reaches Deployment checkout port 8080, which no NetworkPolicy ingress rule admits",
+		},
+		{
+			name: "no DNS", file: policies,
+			old: "        values: [checkout, worker]", new: "        values: [checkout]",
+			wantErr: "Deployment worker: no NetworkPolicy egress allows DNS",
+		},
+		{
+			name: "no egress to the provider", file: demoEgress,
+			old:     "    - to:\n        - podSelector:\n            matchLabels:\n              app.kubernetes.io/name: paymentsim\n      ports:\n        - protocol: TCP\n          port: 8082\n---",
+			new:     "---",
+			wantErr: "Deployment checkout: PAYMENT_URL paymentsim:8082: no NetworkPolicy egress from its pods allows Deployment paymentsim port 8082",
+		},
+		{
+			name: "provider does not admit the worker", file: paymentsim,
+			old: "                values: [checkout, worker]", new: "                values: [checkout]",
+			wantErr: "Deployment worker: PAYMENT_URL paymentsim:8082: no NetworkPolicy ingress of Deployment paymentsim admits it on port 8082",
+		},
+		{
+			name: "no egress to an external provider", file: policies, base: true,
+			old: "          port: 443 # the provider's HTTPS API", new: "          port: 8443",
+			wantErr: "Deployment checkout: PAYMENT_URL payments.example.com: no NetworkPolicy egress allows port 443 outside the cluster",
+		},
+		{
+			name: "database open to every pod of the namespace", file: postgres,
+			old:     "        - podSelector:\n            matchExpressions:\n              - key: app.kubernetes.io/name\n                operator: In\n                values: [checkout, worker]\n      ports:\n        - port: postgres",
+			new:     "        - podSelector: {}\n      ports:\n        - port: postgres",
+			wantErr: "NetworkPolicy postgres: admits StatefulSet postgres port 5432 from podSelector <none>, want only the pods that use the database",
+		},
+		{
+			name: "database open to every source", file: postgres,
+			old:     "    - from:\n        - podSelector:\n            matchExpressions:\n              - key: app.kubernetes.io/name\n                operator: In\n                values: [checkout, worker]\n      ports:\n        - port: postgres",
+			new:     "    - ports:\n        - port: postgres",
+			wantErr: "NetworkPolicy postgres: admits StatefulSet postgres port 5432 from every source",
+		},
+		{
+			name: "database open to a pod that does not use it", file: postgres,
+			old: "values: [checkout, worker]", new: "values: [checkout, worker, paymentsim]",
+			wantErr: "NetworkPolicy postgres: admits StatefulSet postgres port 5432 from Deployment paymentsim, which does not use the database",
+		},
+		{
+			name: "metrics on the API port", file: checkoutEnv,
+			old: "METRICS_ADDR=:8090\n", new: "",
+			wantErr: "Deployment checkout: metrics port 8080 is admitted from every source (NetworkPolicy checkout), want only the monitoring namespace",
+		},
+		{
+			name: "metrics port open to every source", file: policies,
+			old:     "    - from:\n        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: monitoring\n      ports:\n        - port: metrics",
+			new:     "    - ports:\n        - port: metrics",
+			wantErr: "Deployment checkout: metrics port 8090 is admitted from every source",
+		},
+		{
+			name: "metrics from another namespace", file: policies,
+			old:     "              kubernetes.io/metadata.name: monitoring\n      ports:\n        - port: metrics",
+			new:     "              kubernetes.io/metadata.name: default\n      ports:\n        - port: metrics",
+			wantErr: "Deployment checkout: metrics port 8090 is not admitted from the monitoring namespace",
+		},
+		{
+			name: "worker port open to every source", file: policies,
+			old:     "    - from:\n        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: monitoring\n      ports:\n        - port: http",
+			new:     "    - ports:\n        - port: http",
+			wantErr: "Deployment worker: metrics port 8081 is admitted from every source",
+		},
+		{
+			name: "scrape annotation on the wrong port", file: checkoutYAML,
+			old: `prometheus.io/port: "8090"`, new: `prometheus.io/port: "8080"`,
+			wantErr: `Deployment checkout: annotations prometheus.io/scrape "true", prometheus.io/port "8080": want "true" and 8090`,
+		},
+		{
+			name: "METRICS_ADDR on a port the container does not expose", file: checkoutEnv,
+			old: "METRICS_ADDR=:8090", new: "METRICS_ADDR=:8091",
+			wantErr: `Deployment checkout: METRICS_ADDR ":8091" listens on 8091, which no container port exposes`,
+		},
+		{
+			name: "scraped simulator not admitted from monitoring", file: paymentsim,
+			old: "        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: monitoring\n", new: "",
+			wantErr: "Deployment paymentsim: metrics port 8082 is not admitted from the monitoring namespace",
+		},
 	}
 	f := readFacts(t)
 	for _, tt := range tests {
@@ -390,6 +504,7 @@ type manifests struct {
 	workloads  []workload
 	services   []*corev1.Service
 	pdbs       []*policyv1.PodDisruptionBudget
+	policies   []*networkingv1.NetworkPolicy
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
 }
@@ -413,7 +528,7 @@ func render(dir string) (*manifests, []error) {
 		return nil, []error{fmt.Errorf("kustomize build %s: %w", dir, err)}
 	}
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, []error{err}
 		}
@@ -446,6 +561,8 @@ func render(dir string) (*manifests, []error) {
 			m.services = append(m.services, o)
 		case *policyv1.PodDisruptionBudget:
 			m.pdbs = append(m.pdbs, o)
+		case *networkingv1.NetworkPolicy:
+			m.policies = append(m.policies, o)
 		case *corev1.ConfigMap:
 			m.configMaps[o.Name] = o
 		case *corev1.Secret:
@@ -500,6 +617,8 @@ var (
 	getRoute    = regexp.MustCompile(`http\.MethodGet,\s*"(/[^"]*)"|"GET (/[^"]*)"`)
 	commandCase = regexp.MustCompile(`case "([a-z-]+)":`)
 	readerTypes = []string{"String", "Int", "Float", "Duration", "OneOf", "URL", "Addr"}
+	// optionalReaders read a variable that is off when unset: no default.
+	optionalReaders = []string{"OptionalAddr", "OptionalURL"}
 )
 
 func loadFacts(root string) (*facts, error) {
@@ -587,6 +706,12 @@ func envReads(node ast.Node, recv string, helpers map[string]map[string]string) 
 		if x, ok := sel.X.(*ast.Ident); !ok || x.Name != recv {
 			return true
 		}
+		if slices.Contains(optionalReaders, sel.Sel.Name) && len(call.Args) > 0 {
+			if name, ok := stringLit(call.Args[0]); ok {
+				vars[name] = ""
+			}
+			return true
+		}
 		if !slices.Contains(readerTypes, sel.Sel.Name) {
 			for k, v := range helpers[sel.Sel.Name] {
 				vars[k] = v
@@ -666,6 +791,7 @@ func check(m *manifests, f *facts, externalSecrets bool) []error {
 	c.checkServices()
 	c.checkPDBs()
 	c.checkConnections()
+	c.checkNetworkPolicies()
 	return c.errs
 }
 

@@ -23,7 +23,9 @@ func routes(d Deps) http.Handler {
 	// Readiness and metrics are cheap, infrequent, and must work while the
 	// API pool is saturated, so they take no pool slot.
 	r.Method(http.MethodGet, "/ready", health.Readiness(readyTimeout, map[string]health.Check{"database": d.Database}))
-	r.Method(http.MethodGet, "/metrics", telemetry.Handler(d.Registry))
+	if !d.MetricsElsewhere {
+		r.Method(http.MethodGet, "/metrics", telemetry.Handler(d.Registry))
+	}
 
 	r.Group(func(r chi.Router) {
 		r.Use(d.APIPool)

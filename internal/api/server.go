@@ -35,6 +35,10 @@ type Deps struct {
 	// TracerProvider makes the server spans (telemetry.HTTPHandler); nil
 	// means OpenTelemetry's global provider.
 	TracerProvider trace.TracerProvider
+	// MetricsElsewhere leaves /metrics off this handler: cmd/checkout then
+	// serves Registry on a listener of its own (METRICS_ADDR), which a
+	// network policy can open to the monitoring system alone.
+	MetricsElsewhere bool
 }
 
 // NewServer returns checkout's root handler: the routes inside a server

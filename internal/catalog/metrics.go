@@ -1,7 +1,9 @@
 package catalog
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,6 +17,15 @@ const (
 	resultUnavailable = "unavailable" // catalog unavailable: no entry young enough
 )
 
+// Outcomes of one catalog call, the values of catalog_call_duration_seconds'
+// outcome label: those resilience_calls_total{name="catalog"} counts the same
+// calls under, so the two read side by side.
+const (
+	outcomeSuccess  = "success"  // the catalog answered
+	outcomeFailure  = "failure"  // a transient error or the attempt's timeout
+	outcomeExcluded = "excluded" // a final answer (the catalog rejected the request) or the lookup gave up
+)
+
 // Metrics holds the cache's collectors. The policy's breaker, bulkhead and
 // retry metrics are resilience's, labelled name="catalog". Build one
 // Metrics per Service.
@@ -24,6 +35,9 @@ type Metrics struct {
 	requests, coalesced           prometheus.Counter
 	staleAge                      prometheus.Histogram
 	entries                       prometheus.Gauge
+	// callDuration's children by outcome, looked up once.
+	callDuration                           *prometheus.HistogramVec
+	callSuccess, callFailure, callExcluded prometheus.Observer
 }
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg
@@ -52,7 +66,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "catalog_cache_entries",
 			Help: "SKUs held by the price cache.",
 		}),
+		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "catalog_call_duration_seconds",
+			Help: "Latency of each catalog call (one attempt, as resilience_calls_total{name=\"catalog\"} counts them) as checkout sees it, network included, by outcome: success, failure (transient error or the attempt's timeout), excluded (the catalog rejected the request, or the lookup gave up). Calls the breaker or the limit refused were never made and are not here.",
+			// The buckets of catalogsim_price_duration_seconds, so the
+			// client's and the server's view of a call compare bucket by
+			// bucket: 1 ms to ~16 s.
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"outcome"}),
 	}
+	m.callSuccess = m.callDuration.WithLabelValues(outcomeSuccess)
+	m.callFailure = m.callDuration.WithLabelValues(outcomeFailure)
+	m.callExcluded = m.callDuration.WithLabelValues(outcomeExcluded)
 	m.hit = m.lookups.WithLabelValues(resultHit)
 	m.miss = m.lookups.WithLabelValues(resultMiss)
 	m.stale = m.lookups.WithLabelValues(resultStale)
@@ -61,11 +86,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.lookups, m.requests, m.coalesced, m.staleAge, m.entries} {
+	for _, c := range []prometheus.Collector{m.lookups, m.requests, m.coalesced, m.staleAge, m.entries, m.callDuration} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// observeCall records one catalog call that took d and returned err; ctx is
+// the lookup's, whose end makes the call's outcome the lookup's doing rather
+// than the catalog's, as the policy counts it.
+func (m *Metrics) observeCall(ctx context.Context, d time.Duration, err error) {
+	switch {
+	case err == nil:
+		m.callSuccess.Observe(d.Seconds())
+	case errors.Is(err, errRejected) || ctx.Err() != nil:
+		m.callExcluded.Observe(d.Seconds())
+	default:
+		m.callFailure.Observe(d.Seconds())
+	}
 }

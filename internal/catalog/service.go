@@ -245,9 +245,12 @@ func (s *Service) fly(ctx context.Context, skus []string) (answers map[string]en
 	}()
 	s.metrics.requests.Inc()
 	var sent time.Time
+	lookup := ctx
 	q, err := resilience.Do(ctx, s.policy, func(ctx context.Context) (Quote, error) {
 		sent = time.Now() // the answer is at least this fresh
-		return s.fetch(ctx, skus)
+		q, err := s.fetch(ctx, skus)
+		s.metrics.observeCall(lookup, time.Since(sent), err)
+		return q, err
 	})
 	if err != nil {
 		return nil, err

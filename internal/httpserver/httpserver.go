@@ -50,6 +50,13 @@ type Config struct {
 	// DebugAddr, when set, is a second listener serving pprof (DebugHandler),
 	// e.g. 127.0.0.1:6060 (DEBUG_ADDR). Empty: no profiling endpoint at all.
 	DebugAddr string
+	// MetricsAddr, when set, is a second listener serving Metrics at
+	// /metrics and nothing else (METRICS_ADDR), so that a network policy
+	// can open it to the monitoring system alone. It keeps serving while
+	// the main listener drains, so the last scrapes see the shutdown.
+	// The handler passed to Serve must then not serve /metrics itself.
+	MetricsAddr string
+	Metrics     http.Handler
 }
 
 // Serve listens on cfg.Addr, logs the bound address (tests start servers on
@@ -64,6 +71,14 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler, logger *slog.L
 	}
 	if cfg.DebugAddr != "" {
 		stop, err := serveDebug(ctx, cfg.DebugAddr, logger)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
+	}
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(ctx, cfg.MetricsAddr, cfg.Metrics, logger)
 		if err != nil {
 			_ = ln.Close()
 			return err

@@ -45,6 +45,7 @@ var Owners = map[string][]string{
 		"catalog_cache_stale_age_seconds",
 		"catalog_requests_total",
 		"catalog_requests_coalesced_total",
+		"catalog_call_duration_seconds",
 		"resilience_breaker_state",
 		"resilience_breaker_transitions_total",
 		"resilience_breaker_source",

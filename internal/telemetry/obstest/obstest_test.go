@@ -143,6 +143,20 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("alert %s uses %q, want %s", alert, got, metric)
 		}
 	}
+	// A breaker alert watches one policy's breaker: an open catalog breaker
+	// is not a payment outage, and the two need different actions.
+	for alert, want := range map[string]string{
+		"PaymentBreakerOpen": `resilience_breaker_state{name="payment"}`,
+		"CatalogBreakerOpen": `resilience_breaker_state{name="catalog"}`,
+	} {
+		var got []string
+		for _, sel := range Selectors(alerts[alert].Expr) {
+			got = append(got, sel.String())
+		}
+		if !slices.Equal(got, []string{want}) {
+			t.Errorf("alert %s selects %q, want exactly %s", alert, got, want)
+		}
+	}
 	if d, _ := model.ParseDuration(alerts["PaymentBreakerOpen"].For); time.Duration(d) < 10*time.Second {
 		t.Errorf("PaymentBreakerOpen for %v: the breaker opens for ~1 s at a time by design; alert only on a lasting outage", d)
 	}
