@@ -245,12 +245,7 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- s
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			switch dep, from, congested := parseCongested(n.Payload); {
-			case n.Payload == c.dependency:
-				poke()
-			case congested && dep == c.dependency && from != c.opts.Identity:
-				c.policy.Congested()
-			}
+			c.heard(ctx, n.Payload, poke)
 			continue
 		case conn.PgConn().IsClosed() || (!errors.Is(err, context.DeadlineExceeded) && !isTimeout(err)):
 			lost <- err
@@ -268,6 +263,32 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- s
 			return
 		}
 		poke()
+	}
+}
+
+// heard acts on one notification: this dependency's row changed (poke),
+// or another process has had a late call to it. Anything else on the
+// channel — another dependency's news, a payload that is neither, a sender
+// without a name — is not for this coordinator and is dropped; debug logs
+// show it for whoever wonders why a limit did not move.
+func (c *Coordinator) heard(ctx context.Context, payload string, poke func()) {
+	if payload == c.dependency {
+		poke()
+		return
+	}
+	dep, from, ok := parseCongested(payload)
+	switch {
+	case !ok:
+		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload, "reason", "malformed")
+	case dep != c.dependency:
+		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload, "reason", "another dependency")
+	case from == c.opts.Identity:
+		// This process's own news: its limit heard the late call already.
+	case !c.policy.Congested():
+		c.log.DebugContext(ctx, "fleet breaker: congestion news ignored", "from", from,
+			"reason", "the limit already shrank on such news within the last second, or is at its minimum")
+	default:
+		c.log.DebugContext(ctx, "fleet breaker: limit shrank on congestion news", "from", from, "limit", c.policy.Limit())
 	}
 }
 
@@ -414,13 +435,18 @@ func congestedPayload(dependency, identity string) string {
 	return congestedPrefix + dependency + " " + identity
 }
 
+// parseCongested reads such news; ok is false unless both names are there,
+// neither empty (the identity is the rest of the payload).
 func parseCongested(payload string) (dependency, from string, ok bool) {
 	rest, ok := strings.CutPrefix(payload, congestedPrefix)
 	if !ok {
 		return "", "", false
 	}
 	dependency, from, ok = strings.Cut(rest, " ")
-	return dependency, from, ok
+	if !ok || dependency == "" || from == "" {
+		return "", "", false
+	}
+	return dependency, from, true
 }
 
 // Identity is the name this process holds the probe lease under.

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -524,4 +525,41 @@ func TestALateCallShrinksTheOtherLimits(t *testing.T) {
 		t.Errorf("checkout-a's limit = %d, want %d (its own late call, once: no echo)", got, want)
 	}
 	close(prov.hang) // the hung call returns
+}
+
+// TestCongestionNewsFromManyProcessesShrinksTheLimitOnce: ten processes'
+// news of a late call within a second halves a receiver's limit once, not
+// ten times; malformed news and another dependency's are dropped.
+func TestCongestionNewsFromManyProcessesShrinksTheLimitOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	cfg := testConfig()
+	cfg.LimitInitial, cfg.LimitMax = 16, 32
+	b := start(t, dbURL, "checkout-b", cfg)
+	ctx := context.Background()
+	op, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := op.Exec(ctx, "SELECT pg_notify($1, $2)", fleet.Channel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, payload := range []string{"congested payment", "congested  checkout-x", "congested payment ", "congested catalog checkout-x", "congestedpayment checkout-x"} {
+		notify(payload)
+	}
+	for i := range 10 {
+		notify(fmt.Sprintf("congested payment checkout-%d", i))
+	}
+	b.log.await(t, "fleet breaker: congestion news ignored", 5*time.Second, "from=checkout-9")
+	if got := b.policy.Limit(); got != 8 {
+		t.Errorf("limit after ten processes' news = %d, want 8 (halved once)", got)
+	}
+	if n := b.log.count("fleet breaker: notification ignored"); n != 5 {
+		t.Errorf("ignored notifications = %d, want the 5 malformed or another dependency's", n)
+	}
 }

@@ -412,13 +412,14 @@ func (c *call) onTimer() {
 	}
 }
 
-// late tells the limit that a call is late and, at most once a second, the
-// coordinator too (EventCongested), for the other processes' limits.
+// late tells the limit that a call is late and, at most once per
+// congestionNewsEvery, the coordinator too (EventCongested), for the other
+// processes' limits.
 func (b *breaker) late() {
 	b.limit.congested()
 	now := int64(b.now())
 	last := b.lastCongested.Load()
-	if (last == 0 || now-last >= int64(time.Second)) && b.lastCongested.CompareAndSwap(last, now) {
+	if (last == 0 || now-last >= int64(congestionNewsEvery)) && b.lastCongested.CompareAndSwap(last, now) {
 		b.events.push(Event{Kind: EventCongested, At: time.Now()})
 	}
 }
