@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,12 +33,24 @@ type Options struct {
 	// what a lost NOTIFY costs at most; default 5 s.
 	RefreshEvery time.Duration
 	// ForcedSlice is how far ahead a forced state is imposed at a time,
-	// renewed at every read (at least every RefreshEvery): how long a
-	// process cut off from the database keeps obeying an operator's
-	// "forced open until cleared", and the longest a worker's job snoozes
-	// while forced, hence how soon the backlog drains after a clear.
-	// Default 10 s.
+	// renewed at every read (at least every RefreshEvery) and, while reads
+	// fail, at every failed one and every RefreshEvery: the longest a
+	// worker's job snoozes while forced, hence how soon the backlog drains
+	// after a clear. A forced state ends only when a read says so or at its
+	// own end time. Default 10 s.
 	ForcedSlice time.Duration
+	// RetryEvery is how soon a read or write that failed on a live
+	// connection (the database busy, a statement timed out) is followed by
+	// another read; default 500 ms, so a forced slice sees many tries
+	// before it would run out.
+	RetryEvery time.Duration
+	// StartWait bounds how long Start waits for the first read of the
+	// shared state before it returns, so that a process starting while a
+	// dependency is open or forced open for the fleet does not call it
+	// first; default 2 s, the time one read is given. With the database
+	// unreachable Start returns after it and the process's own breaker
+	// decides alone, as it would for a process cut off later.
+	StartWait time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered, doubling wait
 	// between attempts to reach the database again; default 250 ms, 5 s.
 	ReconnectMin, ReconnectMax time.Duration
@@ -79,6 +92,16 @@ type Coordinator struct {
 	last    row
 	applied int64 // generation of the last row imposed; 0: none
 	timer   *time.Timer
+	// retry re-reads the row soon after a database operation failed.
+	retry *time.Timer
+	// forced records that the last row read was forced open, and
+	// forcedEnd when that state ends by its own end time (zero: until
+	// cleared). Only a successful read ends it sooner (holdForced).
+	forced    bool
+	forcedEnd time.Time
+	// read is closed after the first successful read of the row.
+	read     chan struct{}
+	readOnce sync.Once
 	// demand is the policy's Demand when the open state was imposed;
 	// yielded records that this process, idle since, has let busier ones
 	// ask for the probe lease first.
@@ -97,6 +120,8 @@ func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts 
 	opts.Lease = orDefault(opts.Lease, 2*time.Second)
 	opts.RefreshEvery = orDefault(opts.RefreshEvery, 5*time.Second)
 	opts.ForcedSlice = orDefault(opts.ForcedSlice, 10*time.Second)
+	opts.RetryEvery = orDefault(opts.RetryEvery, 500*time.Millisecond)
+	opts.StartWait = orDefault(opts.StartWait, 2*time.Second)
 	opts.ReconnectMin = orDefault(opts.ReconnectMin, 250*time.Millisecond)
 	opts.ReconnectMax = orDefault(opts.ReconnectMax, 5*time.Second)
 	if opts.Logger == nil {
@@ -112,6 +137,7 @@ func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts 
 		dependency: dependency, policy: policy, pool: pool, opts: opts,
 		log:       opts.Logger.With("dependency", dependency, "fleet_identity", opts.Identity),
 		connected: opts.Metrics.connected.WithLabelValues(dependency),
+		read:      make(chan struct{}),
 	}
 	c.connected.Set(0)
 	return c, nil
@@ -130,6 +156,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
 	defer c.timer.Stop()
+	c.retry = time.NewTimer(time.Hour)
+	c.retry.Stop()
+	defer c.retry.Stop()
 	ceiling := c.opts.ReconnectMin
 	for ctx.Err() == nil {
 		listened, err := c.session(ctx)
@@ -166,7 +195,11 @@ func (c *Coordinator) idle(ctx context.Context, d time.Duration) bool {
 		case <-c.policy.Events():
 			c.policy.TakeEvents()
 		case <-c.timer.C:
-			// A deadline of the last imposed state: it runs out by itself.
+			// A deadline of the last imposed state: it runs out by itself,
+			// unless it is forced open (holdForced).
+			c.holdForced()
+		case <-c.retry.C:
+			// Reconnecting reads the row first.
 		}
 	}
 }
@@ -217,12 +250,18 @@ func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
 			err = c.handle(ctx, c.policy.TakeEvents())
 		case <-c.timer.C:
 			err = c.deadline(ctx)
+		case <-c.retry.C:
+			err = c.refresh(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
 			// A write or read failed on the pool; the listening connection
-			// may still be fine, and the next notification, timer or
-			// refresh tries again.
-			c.log.WarnContext(ctx, "fleet breaker: database operation failed", "err", err)
+			// may still be fine. Read again soon rather than at the next
+			// notification or refresh, which may be RefreshEvery away, and
+			// meanwhile keep a forced state: a busy database says nothing
+			// about whether the operator has cleared it.
+			c.holdForced()
+			c.retry.Reset(c.opts.RetryEvery)
+			c.log.WarnContext(ctx, "fleet breaker: database operation failed", "err", err, "retry_in", c.opts.RetryEvery)
 		}
 	}
 }
@@ -297,16 +336,44 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// refresh reads the row and imposes it.
+// refresh reads the row and imposes it. A read is given 2 s, and never more
+// than half a forced slice, so a forced state is renewed (holdForced)
+// before a read that hangs could let it run out.
 func (c *Coordinator) refresh(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, min(2*time.Second, c.opts.ForcedSlice/2))
 	defer cancel()
 	r, err := read(rctx, c.pool, c.dependency)
 	if err != nil {
 		return err
 	}
+	c.retry.Stop()
 	c.apply(ctx, r)
+	c.readOnce.Do(func() { close(c.read) })
 	return nil
+}
+
+// holdForced imposes the next slice of a forced state that no successful
+// read has ended, up to the state's own end time. Without it a forced
+// state would lapse ForcedSlice after the last successful read, and calls
+// would reach the dependency during the maintenance window whenever the
+// database was busy or unreachable for that long. Holding it costs nothing
+// a process could have done instead: without the database checkout cannot
+// accept an order durably and the worker cannot fetch a job.
+func (c *Coordinator) holdForced() {
+	if !c.forced {
+		return
+	}
+	slice := c.opts.ForcedSlice
+	if !c.forcedEnd.IsZero() {
+		left := time.Until(c.forcedEnd)
+		if left <= 0 {
+			c.forced = false
+			return // ended by its own end time; the slice imposed runs out
+		}
+		slice = min(slice, left)
+	}
+	c.policy.Impose(resilience.Imposed{Source: resilience.SourceForced, OpenFor: slice, HoldFor: slice})
+	c.arm(min(slice, c.opts.RefreshEvery))
 }
 
 // apply imposes r on the policy and arms the timer for its next deadline.
@@ -328,7 +395,15 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 		}
 		c.policy.Impose(resilience.Imposed{Source: resilience.SourceForced, OpenFor: slice, HoldFor: slice})
 		c.applied = r.Generation
+		c.forced, c.forcedEnd = true, time.Time{}
+		if r.Left != nil {
+			c.forcedEnd = time.Now().Add(*r.Left)
+		}
 		c.arm(min(slice, c.opts.RefreshEvery))
+		return
+	}
+	c.forced = false
+	switch {
 	case r.State != stateOpen:
 		if c.applied != 0 {
 			c.policy.Release()
@@ -457,8 +532,12 @@ func (c *Coordinator) String() string {
 	return "fleet coordinator " + strconv.Quote(c.dependency) + " (" + c.opts.Identity + ")"
 }
 
-// Start runs c in the background; stop ends it and waits until it has
-// released its connection, so a caller can close the pool after it.
+// Start runs c in the background and returns once it has read the shared
+// state, or after Options.StartWait if it cannot: a process that starts
+// serving only then does not call a dependency the fleet holds open, or
+// an operator has forced open, before it knows. stop ends c and waits
+// until it has released its connection, so a caller can close the pool
+// after it.
 func (c *Coordinator) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -466,6 +545,14 @@ func (c *Coordinator) Start(ctx context.Context) (stop func()) {
 		defer close(done)
 		_ = c.Run(ctx)
 	}()
+	wait := time.NewTimer(c.opts.StartWait)
+	defer wait.Stop()
+	select {
+	case <-c.read:
+	case <-wait.C:
+		c.log.WarnContext(ctx, "fleet breaker: shared state not read yet, starting with this process's breaker alone", "waited", c.opts.StartWait)
+	case <-ctx.Done():
+	}
 	return func() { cancel(); <-done }
 }
 
