@@ -22,6 +22,11 @@ import (
 // Options tunes a Coordinator; the zero value of each field means its
 // default.
 type Options struct {
+	// ListenURL is the connection string of the listening connection only;
+	// empty: the pool's configuration. LISTEN needs a session of its own,
+	// which a pooler in transaction mode does not give: point it past the
+	// pooler at the server while the pool goes through it.
+	ListenURL string
 	// Identity names this process in the probe lease and the row's source;
 	// default hostname/pid/random.
 	Identity string
@@ -67,7 +72,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "resilience_fleet_connected",
-		Help: "1 while the fleet breaker coordinator listens to the database for the dependency's shared breaker state; 0 while it cannot, and the process's own breaker decides alone.",
+		Help: "1 while the fleet breaker coordinator hears the database's notifications of the dependency's shared breaker state; 0 while it cannot: either the database is out of reach and the process's own breaker decides alone, or notifications do not arrive on its listening connection (a pooler in transaction mode: set a direct FLEET_LISTEN_DATABASE_URL) and it re-reads the shared state every few seconds instead.",
 	}, []string{"dependency"})}
 	if reg != nil {
 		if err := reg.Register(m.connected); err != nil {
@@ -85,6 +90,7 @@ type Coordinator struct {
 	policy     *resilience.Policy
 	pool       *pgxpool.Pool
 	opts       Options
+	listenCfg  *pgx.ConnConfig
 	log        *slog.Logger
 	connected  prometheus.Gauge
 
@@ -111,7 +117,7 @@ type Coordinator struct {
 
 // New returns a coordinator for dependency, imposing the shared state on
 // policy and writing through pool. The listening connection is opened from
-// pool's configuration, beside the pool.
+// Options.ListenURL, or else from pool's configuration, beside the pool.
 func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts Options) (*Coordinator, error) {
 	if opts.Identity == "" {
 		host, _ := os.Hostname()
@@ -133,8 +139,19 @@ func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts 
 	if policy.Mode() != resilience.ModeProtected {
 		return nil, fmt.Errorf("fleet: policy %q has no breaker (mode %v)", policy.Name(), policy.Mode())
 	}
+	listenCfg := pool.Config().ConnConfig
+	if opts.ListenURL != "" {
+		cfg, err := pgx.ParseConfig(opts.ListenURL)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: listen URL: %w", err)
+		}
+		if cfg.ConnectTimeout == 0 {
+			cfg.ConnectTimeout = listenCfg.ConnectTimeout
+		}
+		listenCfg = cfg
+	}
 	c := &Coordinator{
-		dependency: dependency, policy: policy, pool: pool, opts: opts,
+		dependency: dependency, policy: policy, pool: pool, opts: opts, listenCfg: listenCfg,
 		log:       opts.Logger.With("dependency", dependency, "fleet_identity", opts.Identity),
 		connected: opts.Metrics.connected.WithLabelValues(dependency),
 		read:      make(chan struct{}),
@@ -207,8 +224,7 @@ func (c *Coordinator) idle(ctx context.Context, d time.Duration) bool {
 // session is one connection's life: LISTEN, read the row, then react to
 // notifications, local events and deadlines until the connection fails.
 func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
-	cfg := c.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, c.listenCfg.Copy())
 	if err != nil {
 		return false, err
 	}
@@ -220,11 +236,20 @@ func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return false, err
 	}
+	arrive, err := c.notificationsArrive(ctx, conn)
+	if err != nil {
+		return false, err
+	}
 	if err := c.refresh(ctx); err != nil {
 		return false, err
 	}
-	c.connected.Set(1)
-	c.log.InfoContext(ctx, "fleet breaker: listening for the shared breaker state")
+	if arrive {
+		c.connected.Set(1)
+		c.log.InfoContext(ctx, "fleet breaker: listening for the shared breaker state")
+	} else {
+		c.log.WarnContext(ctx, "fleet breaker: notifications do not arrive on the listening connection (a pooler in transaction mode?); re-reading the shared state every refresh interval instead: point FLEET_LISTEN_DATABASE_URL at the server",
+			"refresh_every", c.opts.RefreshEvery)
+	}
 
 	lctx, stop := context.WithCancel(ctx)
 	notes := make(chan struct{}, 1)
@@ -305,6 +330,40 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- s
 	}
 }
 
+// A coordinator checks its listening connection with "ping <identity>
+// <nonce>" on Channel, sent through the pool.
+const pingPrefix = "ping "
+
+// notificationsArrive sends a notification through the pool and reports
+// whether it reaches conn. Behind a pooler in transaction mode the LISTEN
+// ran on a server session that went back to the pooler's pool, and nothing
+// sent later reaches conn: the coordinator then still works by re-reading
+// the row, and says so rather than claim it hears the fleet.
+func (c *Coordinator) notificationsArrive(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	payload := pingPrefix + c.opts.Identity + " " + strconv.FormatUint(rand.Uint64(), 36)
+	wait := min(2*time.Second, c.opts.RefreshEvery)
+	nctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if _, err := c.pool.Exec(nctx, "SELECT pg_notify($1, $2)", Channel, payload); err != nil {
+		return false, fmt.Errorf("check notifications: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(nctx)
+		switch {
+		case err == nil && n.Payload == payload:
+			return true, nil
+		case err == nil:
+			// Anything else is older than the row read that follows.
+			continue
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		case nctx.Err() != nil && !conn.PgConn().IsClosed():
+			return false, nil
+		}
+		return false, fmt.Errorf("check notifications: %w", err)
+	}
+}
+
 // heard acts on one notification: this dependency's row changed (poke),
 // or another process has had a late call to it. Anything else on the
 // channel — another dependency's news, a payload that is neither, a sender
@@ -314,6 +373,9 @@ func (c *Coordinator) heard(ctx context.Context, payload string, poke func()) {
 	if payload == c.dependency {
 		poke()
 		return
+	}
+	if strings.HasPrefix(payload, pingPrefix) {
+		return // a coordinator checking its own listening connection
 	}
 	dep, from, ok := parseCongested(payload)
 	switch {
@@ -559,12 +621,13 @@ func (c *Coordinator) Start(ctx context.Context) (stop func()) {
 // Join is the wiring of a binary in one call: it registers the metrics on
 // reg, starts a coordinator sharing policy's breaker under dependency, and
 // returns the function that stops it (call it before closing pool).
-func Join(ctx context.Context, pool *pgxpool.Pool, dependency string, policy *resilience.Policy, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+// listenURL is Options.ListenURL (empty: the pool's configuration).
+func Join(ctx context.Context, pool *pgxpool.Pool, listenURL, dependency string, policy *resilience.Policy, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
 	m, err := NewMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	c, err := New(pool, dependency, policy, Options{Metrics: m, Logger: log})
+	c, err := New(pool, dependency, policy, Options{ListenURL: listenURL, Metrics: m, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -683,3 +683,68 @@ func TestStartWaitsForTheFirstRead(t *testing.T) {
 		}
 	})
 }
+
+// TestListenThroughPgBouncerInTransactionMode: behind a pooler in
+// transaction mode notifications cannot reach the listening connection, and
+// the coordinator says so (connected 0) instead of claiming to hear the
+// fleet; with a direct ListenURL for LISTEN only, it hears them again.
+func TestListenThroughPgBouncerInTransactionMode(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	bouncer := dbtest.StartPgBouncer(t, dbURL, dbtest.PgBouncerConfig{PoolSize: 2})
+	ctx := context.Background()
+	join := func(t *testing.T, name, listenURL string) *process {
+		t.Helper()
+		pc, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=exec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		l := &logs{changed: make(chan struct{})}
+		logger := slog.New(l)
+		reg := prometheus.NewRegistry()
+		fm, err := fleet.NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy, err := resilience.New(name, testConfig(), resilience.Options{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord, err := fleet.New(pool, "payment", policy, fleet.Options{
+			Identity: name, ListenURL: listenURL, Metrics: fm, Logger: logger, RefreshEvery: 5 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(coord.Start(ctx))
+		return &process{name: name, policy: policy, coord: coord, log: l, reg: reg}
+	}
+	op, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+
+	pooled := join(t, "pooled", "")
+	pooled.log.await(t, "fleet breaker: notifications do not arrive", 5*time.Second)
+	if got := pooled.connected(t); got != 0 {
+		t.Errorf("LISTEN through the bouncer: resilience_fleet_connected = %v, want 0", got)
+	}
+
+	direct := join(t, "direct", dbURL)
+	direct.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
+	if got := direct.connected(t); got != 1 {
+		t.Errorf("LISTEN on a direct URL: resilience_fleet_connected = %v, want 1", got)
+	}
+	if err := fleet.Force(ctx, op, "payment", 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if took := direct.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=forced"); took > time.Second {
+		t.Errorf("forced open reached the direct listener after %v, want within 1s (a notification, not the re-read)", took)
+	}
+}
