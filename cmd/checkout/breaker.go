@@ -8,12 +8,23 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/fleet"
+	"github.com/resilientcheckout/checkout/internal/payment"
 )
+
+// sharedBreakers names the dependencies whose breakers the binaries share
+// through the fleet (serve.go here and cmd/worker/serve.go join them), the
+// only names open and clear accept. A row for any other name would be read
+// by no process: "forced open" would be printed while every process kept
+// calling the dependency the operator meant, and a mistyped clear would
+// leave the real one forced.
+var sharedBreakers = []string{payment.Dependency}
 
 const breakerUsage = `usage:
   checkout breaker open DEPENDENCY [--for DURATION]   force it open (no DURATION: until cleared)
@@ -28,6 +39,11 @@ func breaker(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, breakerUsage)
 		return errors.New("breaker: missing command")
+	}
+	// Checked before connecting, so a typo is refused the same way whether
+	// or not the database is reachable, and nothing is written.
+	if cmd := args[0]; (cmd == "open" || cmd == "clear") && len(args) >= 2 && !slices.Contains(sharedBreakers, args[1]) {
+		return fmt.Errorf("breaker %s: unknown dependency %q (known: %s)", cmd, args[1], strings.Join(sharedBreakers, ", "))
 	}
 	pool, err := database.Open(ctx, cfg.Database)
 	if err != nil {

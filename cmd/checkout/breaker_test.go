@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
@@ -77,6 +78,37 @@ func TestBreakerCommandRejectsBadArguments(t *testing.T) {
 		if err == nil {
 			t.Errorf("checkout breaker %q: got nil error", args)
 		}
+	}
+}
+
+// TestBreakerCommandRefusesUnknownDependencies: a mistyped dependency is
+// refused with the names the switch knows, and writes no row (a row for
+// "paymnet" would say "forced open" while payment kept charging).
+func TestBreakerCommandRefusesUnknownDependencies(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	for _, args := range [][]string{{"open", "paymnet"}, {"open", "paymnet", "--for", "30m"}, {"clear", "paymnet"}, {"open", "Payment"}} {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"checkout", "breaker"}, args...), func(k string) string { return env[k] }, &out, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "unknown dependency") || !strings.Contains(err.Error(), "known: payment") {
+			t.Errorf("checkout breaker %q: err = %v, want unknown dependency, known: payment", args, err)
+		}
+		if out.Len() > 0 {
+			t.Errorf("checkout breaker %q printed %q, want nothing", args, out.String())
+		}
+	}
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var rows int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM breaker_states`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("breaker_states rows after refused commands = %d, want 0", rows)
 	}
 }
 

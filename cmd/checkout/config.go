@@ -28,6 +28,7 @@ type config struct {
 	PaymentURL      string
 	Resilience      resilience.Config
 	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
+	FleetListenURL  string
 	APIPool         resilience.PoolConfig
 	HealthPool      resilience.PoolConfig
 	Orders          order.Config
@@ -56,6 +57,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Tracing:         env.Tracing("checkout"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
+		FleetListenURL:  env.OptionalURL("FLEET_LISTEN_DATABASE_URL", "postgres", "postgresql"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
 		APIPool: resilience.PoolConfig{
 			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),

@@ -60,7 +60,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if cfg.FleetBreaker && cfg.Resilience.Mode == resilience.ModeProtected {
 		// The API's and the workers' breakers are one breaker towards the
 		// provider (internal/fleet); stopped before the pool closes.
-		stop, err := fleet.Join(ctx, pool, "payment", provider.Policy(), reg, logger)
+		stop, err := fleet.Join(ctx, pool, cfg.FleetListenURL, payment.Dependency, provider.Policy(), reg, logger)
 		if err != nil {
 			return err
 		}

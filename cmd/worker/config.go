@@ -28,6 +28,7 @@ type config struct {
 	PaymentURL      string
 	Resilience      resilience.Config
 	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
+	FleetListenURL  string
 	Worker          worker.Config
 	RiverUIUser     string
 	RiverUIPassword string
@@ -69,6 +70,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Tracing:         env.Tracing("worker"),
 		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
+		FleetListenURL:  env.OptionalURL("FLEET_LISTEN_DATABASE_URL", "postgres", "postgresql"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
 		Worker: worker.Config{
 			Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),

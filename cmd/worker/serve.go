@@ -54,7 +54,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if cfg.FleetBreaker {
 		// One breaker with checkout's towards the provider (internal/fleet):
 		// the dependency, not the role, is the key.
-		stop, err := fleet.Join(ctx, pool, "payment", provider.Policy(), reg, logger)
+		stop, err := fleet.Join(ctx, pool, cfg.FleetListenURL, payment.Dependency, provider.Policy(), reg, logger)
 		if err != nil {
 			return err
 		}

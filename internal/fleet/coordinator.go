@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,11 @@ import (
 // Options tunes a Coordinator; the zero value of each field means its
 // default.
 type Options struct {
+	// ListenURL is the connection string of the listening connection only;
+	// empty: the pool's configuration. LISTEN needs a session of its own,
+	// which a pooler in transaction mode does not give: point it past the
+	// pooler at the server while the pool goes through it.
+	ListenURL string
 	// Identity names this process in the probe lease and the row's source;
 	// default hostname/pid/random.
 	Identity string
@@ -32,12 +38,24 @@ type Options struct {
 	// what a lost NOTIFY costs at most; default 5 s.
 	RefreshEvery time.Duration
 	// ForcedSlice is how far ahead a forced state is imposed at a time,
-	// renewed at every read (at least every RefreshEvery): how long a
-	// process cut off from the database keeps obeying an operator's
-	// "forced open until cleared", and the longest a worker's job snoozes
-	// while forced, hence how soon the backlog drains after a clear.
-	// Default 10 s.
+	// renewed at every read (at least every RefreshEvery) and, while reads
+	// fail, at every failed one and every RefreshEvery: the longest a
+	// worker's job snoozes while forced, hence how soon the backlog drains
+	// after a clear. A forced state ends only when a read says so or at its
+	// own end time. Default 10 s.
 	ForcedSlice time.Duration
+	// RetryEvery is how soon a read or write that failed on a live
+	// connection (the database busy, a statement timed out) is followed by
+	// another read; default 500 ms, so a forced slice sees many tries
+	// before it would run out.
+	RetryEvery time.Duration
+	// StartWait bounds how long Start waits for the first read of the
+	// shared state before it returns, so that a process starting while a
+	// dependency is open or forced open for the fleet does not call it
+	// first; default 2 s, the time one read is given. With the database
+	// unreachable Start returns after it and the process's own breaker
+	// decides alone, as it would for a process cut off later.
+	StartWait time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered, doubling wait
 	// between attempts to reach the database again; default 250 ms, 5 s.
 	ReconnectMin, ReconnectMax time.Duration
@@ -54,7 +72,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "resilience_fleet_connected",
-		Help: "1 while the fleet breaker coordinator listens to the database for the dependency's shared breaker state; 0 while it cannot, and the process's own breaker decides alone.",
+		Help: "1 while the fleet breaker coordinator hears the database's notifications of the dependency's shared breaker state; 0 while it cannot: either the database is out of reach and the process's own breaker decides alone, or notifications do not arrive on its listening connection (a pooler in transaction mode: set a direct FLEET_LISTEN_DATABASE_URL) and it re-reads the shared state every few seconds instead.",
 	}, []string{"dependency"})}
 	if reg != nil {
 		if err := reg.Register(m.connected); err != nil {
@@ -72,6 +90,7 @@ type Coordinator struct {
 	policy     *resilience.Policy
 	pool       *pgxpool.Pool
 	opts       Options
+	listenCfg  *pgx.ConnConfig
 	log        *slog.Logger
 	connected  prometheus.Gauge
 
@@ -79,6 +98,16 @@ type Coordinator struct {
 	last    row
 	applied int64 // generation of the last row imposed; 0: none
 	timer   *time.Timer
+	// retry re-reads the row soon after a database operation failed.
+	retry *time.Timer
+	// forced records that the last row read was forced open, and
+	// forcedEnd when that state ends by its own end time (zero: until
+	// cleared). Only a successful read ends it sooner (holdForced).
+	forced    bool
+	forcedEnd time.Time
+	// read is closed after the first successful read of the row.
+	read     chan struct{}
+	readOnce sync.Once
 	// demand is the policy's Demand when the open state was imposed;
 	// yielded records that this process, idle since, has let busier ones
 	// ask for the probe lease first.
@@ -88,7 +117,7 @@ type Coordinator struct {
 
 // New returns a coordinator for dependency, imposing the shared state on
 // policy and writing through pool. The listening connection is opened from
-// pool's configuration, beside the pool.
+// Options.ListenURL, or else from pool's configuration, beside the pool.
 func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts Options) (*Coordinator, error) {
 	if opts.Identity == "" {
 		host, _ := os.Hostname()
@@ -97,6 +126,8 @@ func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts 
 	opts.Lease = orDefault(opts.Lease, 2*time.Second)
 	opts.RefreshEvery = orDefault(opts.RefreshEvery, 5*time.Second)
 	opts.ForcedSlice = orDefault(opts.ForcedSlice, 10*time.Second)
+	opts.RetryEvery = orDefault(opts.RetryEvery, 500*time.Millisecond)
+	opts.StartWait = orDefault(opts.StartWait, 2*time.Second)
 	opts.ReconnectMin = orDefault(opts.ReconnectMin, 250*time.Millisecond)
 	opts.ReconnectMax = orDefault(opts.ReconnectMax, 5*time.Second)
 	if opts.Logger == nil {
@@ -108,10 +139,22 @@ func New(pool *pgxpool.Pool, dependency string, policy *resilience.Policy, opts 
 	if policy.Mode() != resilience.ModeProtected {
 		return nil, fmt.Errorf("fleet: policy %q has no breaker (mode %v)", policy.Name(), policy.Mode())
 	}
+	listenCfg := pool.Config().ConnConfig
+	if opts.ListenURL != "" {
+		cfg, err := pgx.ParseConfig(opts.ListenURL)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: listen URL: %w", err)
+		}
+		if cfg.ConnectTimeout == 0 {
+			cfg.ConnectTimeout = listenCfg.ConnectTimeout
+		}
+		listenCfg = cfg
+	}
 	c := &Coordinator{
-		dependency: dependency, policy: policy, pool: pool, opts: opts,
+		dependency: dependency, policy: policy, pool: pool, opts: opts, listenCfg: listenCfg,
 		log:       opts.Logger.With("dependency", dependency, "fleet_identity", opts.Identity),
 		connected: opts.Metrics.connected.WithLabelValues(dependency),
+		read:      make(chan struct{}),
 	}
 	c.connected.Set(0)
 	return c, nil
@@ -130,6 +173,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
 	defer c.timer.Stop()
+	c.retry = time.NewTimer(time.Hour)
+	c.retry.Stop()
+	defer c.retry.Stop()
 	ceiling := c.opts.ReconnectMin
 	for ctx.Err() == nil {
 		listened, err := c.session(ctx)
@@ -166,7 +212,11 @@ func (c *Coordinator) idle(ctx context.Context, d time.Duration) bool {
 		case <-c.policy.Events():
 			c.policy.TakeEvents()
 		case <-c.timer.C:
-			// A deadline of the last imposed state: it runs out by itself.
+			// A deadline of the last imposed state: it runs out by itself,
+			// unless it is forced open (holdForced).
+			c.holdForced()
+		case <-c.retry.C:
+			// Reconnecting reads the row first.
 		}
 	}
 }
@@ -174,8 +224,7 @@ func (c *Coordinator) idle(ctx context.Context, d time.Duration) bool {
 // session is one connection's life: LISTEN, read the row, then react to
 // notifications, local events and deadlines until the connection fails.
 func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
-	cfg := c.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, c.listenCfg.Copy())
 	if err != nil {
 		return false, err
 	}
@@ -187,11 +236,20 @@ func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return false, err
 	}
+	arrive, err := c.notificationsArrive(ctx, conn)
+	if err != nil {
+		return false, err
+	}
 	if err := c.refresh(ctx); err != nil {
 		return false, err
 	}
-	c.connected.Set(1)
-	c.log.InfoContext(ctx, "fleet breaker: listening for the shared breaker state")
+	if arrive {
+		c.connected.Set(1)
+		c.log.InfoContext(ctx, "fleet breaker: listening for the shared breaker state")
+	} else {
+		c.log.WarnContext(ctx, "fleet breaker: notifications do not arrive on the listening connection (a pooler in transaction mode?); re-reading the shared state every refresh interval instead: point FLEET_LISTEN_DATABASE_URL at the server",
+			"refresh_every", c.opts.RefreshEvery)
+	}
 
 	lctx, stop := context.WithCancel(ctx)
 	notes := make(chan struct{}, 1)
@@ -217,12 +275,18 @@ func (c *Coordinator) session(ctx context.Context) (listened bool, err error) {
 			err = c.handle(ctx, c.policy.TakeEvents())
 		case <-c.timer.C:
 			err = c.deadline(ctx)
+		case <-c.retry.C:
+			err = c.refresh(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
 			// A write or read failed on the pool; the listening connection
-			// may still be fine, and the next notification, timer or
-			// refresh tries again.
-			c.log.WarnContext(ctx, "fleet breaker: database operation failed", "err", err)
+			// may still be fine. Read again soon rather than at the next
+			// notification or refresh, which may be RefreshEvery away, and
+			// meanwhile keep a forced state: a busy database says nothing
+			// about whether the operator has cleared it.
+			c.holdForced()
+			c.retry.Reset(c.opts.RetryEvery)
+			c.log.WarnContext(ctx, "fleet breaker: database operation failed", "err", err, "retry_in", c.opts.RetryEvery)
 		}
 	}
 }
@@ -245,12 +309,7 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- s
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			switch dep, from, congested := parseCongested(n.Payload); {
-			case n.Payload == c.dependency:
-				poke()
-			case congested && dep == c.dependency && from != c.opts.Identity:
-				c.policy.Congested()
-			}
+			c.heard(ctx, n.Payload, poke)
 			continue
 		case conn.PgConn().IsClosed() || (!errors.Is(err, context.DeadlineExceeded) && !isTimeout(err)):
 			lost <- err
@@ -271,21 +330,112 @@ func (c *Coordinator) listen(ctx context.Context, conn *pgx.Conn, notes chan<- s
 	}
 }
 
+// A coordinator checks its listening connection with "ping <identity>
+// <nonce>" on Channel, sent through the pool.
+const pingPrefix = "ping "
+
+// notificationsArrive sends a notification through the pool and reports
+// whether it reaches conn. Behind a pooler in transaction mode the LISTEN
+// ran on a server session that went back to the pooler's pool, and nothing
+// sent later reaches conn: the coordinator then still works by re-reading
+// the row, and says so rather than claim it hears the fleet.
+func (c *Coordinator) notificationsArrive(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	payload := pingPrefix + c.opts.Identity + " " + strconv.FormatUint(rand.Uint64(), 36)
+	wait := min(2*time.Second, c.opts.RefreshEvery)
+	nctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if _, err := c.pool.Exec(nctx, "SELECT pg_notify($1, $2)", Channel, payload); err != nil {
+		return false, fmt.Errorf("check notifications: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(nctx)
+		switch {
+		case err == nil && n.Payload == payload:
+			return true, nil
+		case err == nil:
+			// Anything else is older than the row read that follows.
+			continue
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		case nctx.Err() != nil && !conn.PgConn().IsClosed():
+			return false, nil
+		}
+		return false, fmt.Errorf("check notifications: %w", err)
+	}
+}
+
+// heard acts on one notification: this dependency's row changed (poke),
+// or another process has had a late call to it. Anything else on the
+// channel — another dependency's news, a payload that is neither, a sender
+// without a name — is not for this coordinator and is dropped; debug logs
+// show it for whoever wonders why a limit did not move.
+func (c *Coordinator) heard(ctx context.Context, payload string, poke func()) {
+	if payload == c.dependency {
+		poke()
+		return
+	}
+	if strings.HasPrefix(payload, pingPrefix) {
+		return // a coordinator checking its own listening connection
+	}
+	dep, from, ok := parseCongested(payload)
+	switch {
+	case !ok:
+		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload, "reason", "malformed")
+	case dep != c.dependency:
+		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload, "reason", "another dependency")
+	case from == c.opts.Identity:
+		// This process's own news: its limit heard the late call already.
+	case !c.policy.Congested():
+		c.log.DebugContext(ctx, "fleet breaker: congestion news ignored", "from", from,
+			"reason", "the limit already shrank on such news within the last second, or is at its minimum")
+	default:
+		c.log.DebugContext(ctx, "fleet breaker: limit shrank on congestion news", "from", from, "limit", c.policy.Limit())
+	}
+}
+
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// refresh reads the row and imposes it.
+// refresh reads the row and imposes it. A read is given 2 s, and never more
+// than half a forced slice, so a forced state is renewed (holdForced)
+// before a read that hangs could let it run out.
 func (c *Coordinator) refresh(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, min(2*time.Second, c.opts.ForcedSlice/2))
 	defer cancel()
 	r, err := read(rctx, c.pool, c.dependency)
 	if err != nil {
 		return err
 	}
+	c.retry.Stop()
 	c.apply(ctx, r)
+	c.readOnce.Do(func() { close(c.read) })
 	return nil
+}
+
+// holdForced imposes the next slice of a forced state that no successful
+// read has ended, up to the state's own end time. Without it a forced
+// state would lapse ForcedSlice after the last successful read, and calls
+// would reach the dependency during the maintenance window whenever the
+// database was busy or unreachable for that long. Holding it costs nothing
+// a process could have done instead: without the database checkout cannot
+// accept an order durably and the worker cannot fetch a job.
+func (c *Coordinator) holdForced() {
+	if !c.forced {
+		return
+	}
+	slice := c.opts.ForcedSlice
+	if !c.forcedEnd.IsZero() {
+		left := time.Until(c.forcedEnd)
+		if left <= 0 {
+			c.forced = false
+			return // ended by its own end time; the slice imposed runs out
+		}
+		slice = min(slice, left)
+	}
+	c.policy.Impose(resilience.Imposed{Source: resilience.SourceForced, OpenFor: slice, HoldFor: slice})
+	c.arm(min(slice, c.opts.RefreshEvery))
 }
 
 // apply imposes r on the policy and arms the timer for its next deadline.
@@ -307,7 +457,15 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 		}
 		c.policy.Impose(resilience.Imposed{Source: resilience.SourceForced, OpenFor: slice, HoldFor: slice})
 		c.applied = r.Generation
+		c.forced, c.forcedEnd = true, time.Time{}
+		if r.Left != nil {
+			c.forcedEnd = time.Now().Add(*r.Left)
+		}
 		c.arm(min(slice, c.opts.RefreshEvery))
+		return
+	}
+	c.forced = false
+	switch {
 	case r.State != stateOpen:
 		if c.applied != 0 {
 			c.policy.Release()
@@ -414,13 +572,18 @@ func congestedPayload(dependency, identity string) string {
 	return congestedPrefix + dependency + " " + identity
 }
 
+// parseCongested reads such news; ok is false unless both names are there,
+// neither empty (the identity is the rest of the payload).
 func parseCongested(payload string) (dependency, from string, ok bool) {
 	rest, ok := strings.CutPrefix(payload, congestedPrefix)
 	if !ok {
 		return "", "", false
 	}
 	dependency, from, ok = strings.Cut(rest, " ")
-	return dependency, from, ok
+	if !ok || dependency == "" || from == "" {
+		return "", "", false
+	}
+	return dependency, from, true
 }
 
 // Identity is the name this process holds the probe lease under.
@@ -431,8 +594,12 @@ func (c *Coordinator) String() string {
 	return "fleet coordinator " + strconv.Quote(c.dependency) + " (" + c.opts.Identity + ")"
 }
 
-// Start runs c in the background; stop ends it and waits until it has
-// released its connection, so a caller can close the pool after it.
+// Start runs c in the background and returns once it has read the shared
+// state, or after Options.StartWait if it cannot: a process that starts
+// serving only then does not call a dependency the fleet holds open, or
+// an operator has forced open, before it knows. stop ends c and waits
+// until it has released its connection, so a caller can close the pool
+// after it.
 func (c *Coordinator) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -440,18 +607,27 @@ func (c *Coordinator) Start(ctx context.Context) (stop func()) {
 		defer close(done)
 		_ = c.Run(ctx)
 	}()
+	wait := time.NewTimer(c.opts.StartWait)
+	defer wait.Stop()
+	select {
+	case <-c.read:
+	case <-wait.C:
+		c.log.WarnContext(ctx, "fleet breaker: shared state not read yet, starting with this process's breaker alone", "waited", c.opts.StartWait)
+	case <-ctx.Done():
+	}
 	return func() { cancel(); <-done }
 }
 
 // Join is the wiring of a binary in one call: it registers the metrics on
 // reg, starts a coordinator sharing policy's breaker under dependency, and
 // returns the function that stops it (call it before closing pool).
-func Join(ctx context.Context, pool *pgxpool.Pool, dependency string, policy *resilience.Policy, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+// listenURL is Options.ListenURL (empty: the pool's configuration).
+func Join(ctx context.Context, pool *pgxpool.Pool, listenURL, dependency string, policy *resilience.Policy, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
 	m, err := NewMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	c, err := New(pool, dependency, policy, Options{Metrics: m, Logger: log})
+	c, err := New(pool, dependency, policy, Options{ListenURL: listenURL, Metrics: m, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -122,6 +123,12 @@ func testConfig() resilience.Config {
 // test ends.
 func start(t *testing.T, dbURL, name string, cfg resilience.Config) *process {
 	t.Helper()
+	return startWith(t, dbURL, name, cfg, nil)
+}
+
+// startWith is start with the coordinator's options changed by edit.
+func startWith(t *testing.T, dbURL, name string, cfg resilience.Config, edit func(*fleet.Options)) *process {
+	t.Helper()
 	proxy := dbtest.NewProxy(t, dbURL)
 	pc, err := pgxpool.ParseConfig(proxy.URL())
 	if err != nil {
@@ -148,10 +155,14 @@ func start(t *testing.T, dbURL, name string, cfg resilience.Config) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	coord, err := fleet.New(pool, "payment", policy, fleet.Options{
+	opts := fleet.Options{
 		Identity: name, Lease: time.Second, Metrics: fm, Logger: logger,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
-	})
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	coord, err := fleet.New(pool, "payment", policy, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,4 +535,216 @@ func TestALateCallShrinksTheOtherLimits(t *testing.T) {
 		t.Errorf("checkout-a's limit = %d, want %d (its own late call, once: no echo)", got, want)
 	}
 	close(prov.hang) // the hung call returns
+}
+
+// TestCongestionNewsFromManyProcessesShrinksTheLimitOnce: ten processes'
+// news of a late call within a second halves a receiver's limit once, not
+// ten times; malformed news and another dependency's are dropped.
+func TestCongestionNewsFromManyProcessesShrinksTheLimitOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	cfg := testConfig()
+	cfg.LimitInitial, cfg.LimitMax = 16, 32
+	b := start(t, dbURL, "checkout-b", cfg)
+	ctx := context.Background()
+	op, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := op.Exec(ctx, "SELECT pg_notify($1, $2)", fleet.Channel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, payload := range []string{"congested payment", "congested  checkout-x", "congested payment ", "congested catalog checkout-x", "congestedpayment checkout-x"} {
+		notify(payload)
+	}
+	for i := range 10 {
+		notify(fmt.Sprintf("congested payment checkout-%d", i))
+	}
+	b.log.await(t, "fleet breaker: congestion news ignored", 5*time.Second, "from=checkout-9")
+	if got := b.policy.Limit(); got != 8 {
+		t.Errorf("limit after ten processes' news = %d, want 8 (halved once)", got)
+	}
+	if n := b.log.count("fleet breaker: notification ignored"); n != 5 {
+		t.Errorf("ignored notifications = %d, want the 5 malformed or another dependency's", n)
+	}
+}
+
+// TestForcedOpenHoldsWhileReadsFail: with the row locked, every read of it
+// times out while the listening connection stays fine — a busy database.
+// The forced state holds for longer than several slices; it ends when a
+// read succeeds and says it is cleared.
+func TestForcedOpenHoldsWhileReadsFail(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	ctx := context.Background()
+	op, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+	a := startWith(t, dbURL, "checkout-a", testConfig(), func(o *fleet.Options) {
+		o.ForcedSlice, o.RefreshEvery, o.RetryEvery = time.Second, 300*time.Millisecond, 100*time.Millisecond
+	})
+	if err := fleet.Force(ctx, op, "payment", 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	a.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=forced")
+
+	tx, err := op.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE breaker_states IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	// Four failed reads span more than two slices of 1 s.
+	a.log.awaitN(t, 4, "fleet breaker: database operation failed", 10*time.Second)
+	for range 20 {
+		if err := a.do(prov); !errors.Is(err, resilience.ErrOpen) {
+			t.Fatalf("forced open, reads failing: err = %v, want ErrOpen", err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := prov.total(); got != 0 {
+		t.Errorf("provider calls while forced open and reads failed = %d, want 0", got)
+	}
+	if _, err := fleet.Clear(ctx, op, "payment", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	a.log.await(t, "circuit breaker state released", 5*time.Second, "source=forced")
+	if err := a.do(prov); err != nil {
+		t.Errorf("cleared: err = %v, want the call through", err)
+	}
+}
+
+// TestStartWaitsForTheFirstRead: a process started while the dependency is
+// forced open refuses its very first call; one that cannot reach the
+// database starts after the short start wait and calls on its own breaker.
+func TestStartWaitsForTheFirstRead(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	ctx := context.Background()
+	op, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+	if err := fleet.Force(ctx, op, "payment", 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	newProcess := func(t *testing.T, url string) (*resilience.Policy, *fleet.Coordinator) {
+		t.Helper()
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		policy, err := resilience.New("payment", testConfig(), resilience.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord, err := fleet.New(pool, "payment", policy, fleet.Options{StartWait: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return policy, coord
+	}
+
+	t.Run("forced", func(t *testing.T) {
+		prov := newProvider()
+		policy, coord := newProcess(t, dbURL)
+		t.Cleanup(coord.Start(ctx))
+		_, err := resilience.Do(ctx, policy, prov.call("fresh"))
+		if !errors.Is(err, resilience.ErrOpen) || prov.total() != 0 {
+			t.Errorf("first call after Start: err = %v, provider calls %d; want ErrOpen, 0", err, prov.total())
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		prov := newProvider()
+		proxy := dbtest.NewProxy(t, dbURL)
+		proxy.Refuse()
+		policy, coord := newProcess(t, proxy.URL())
+		began := time.Now()
+		t.Cleanup(coord.Start(ctx))
+		if took := time.Since(began); took > 2*time.Second {
+			t.Errorf("Start with the database unreachable took %v, want about the 500ms start wait", took)
+		}
+		if _, err := resilience.Do(ctx, policy, prov.call("cut-off")); err != nil {
+			t.Errorf("first call with the database unreachable: err = %v, want it through (own breaker)", err)
+		}
+	})
+}
+
+// TestListenThroughPgBouncerInTransactionMode: behind a pooler in
+// transaction mode notifications cannot reach the listening connection, and
+// the coordinator says so (connected 0) instead of claiming to hear the
+// fleet; with a direct ListenURL for LISTEN only, it hears them again.
+func TestListenThroughPgBouncerInTransactionMode(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	bouncer := dbtest.StartPgBouncer(t, dbURL, dbtest.PgBouncerConfig{PoolSize: 2})
+	ctx := context.Background()
+	join := func(t *testing.T, name, listenURL string) *process {
+		t.Helper()
+		pc, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=exec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		l := &logs{changed: make(chan struct{})}
+		logger := slog.New(l)
+		reg := prometheus.NewRegistry()
+		fm, err := fleet.NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy, err := resilience.New(name, testConfig(), resilience.Options{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord, err := fleet.New(pool, "payment", policy, fleet.Options{
+			Identity: name, ListenURL: listenURL, Metrics: fm, Logger: logger, RefreshEvery: 5 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(coord.Start(ctx))
+		return &process{name: name, policy: policy, coord: coord, log: l, reg: reg}
+	}
+	op, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+
+	pooled := join(t, "pooled", "")
+	pooled.log.await(t, "fleet breaker: notifications do not arrive", 5*time.Second)
+	if got := pooled.connected(t); got != 0 {
+		t.Errorf("LISTEN through the bouncer: resilience_fleet_connected = %v, want 0", got)
+	}
+
+	direct := join(t, "direct", dbURL)
+	direct.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
+	if got := direct.connected(t); got != 1 {
+		t.Errorf("LISTEN on a direct URL: resilience_fleet_connected = %v, want 1", got)
+	}
+	if err := fleet.Force(ctx, op, "payment", 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if took := direct.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=forced"); took > time.Second {
+		t.Errorf("forced open reached the direct listener after %v, want within 1s (a notification, not the re-read)", took)
+	}
 }

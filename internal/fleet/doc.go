@@ -61,20 +61,27 @@
 //     capped and jittered, so a long outage costs few probes.
 //   - forced_open: every call refused until until, or until cleared.
 //
-// # Nothing stays open forever
+// # Only an operator keeps a dependency open
 //
 // Each imposed state carries its own end: an open state ends at its
-// deadline, a probe lease at its expiry, and a forced state is imposed in
-// slices of ForcedSlice that the coordinator renews only while it still
-// reads the row. If the coordinator is cut off from the database, it says
-// so (resilience_fleet_connected 0 and a log line), keeps reconnecting
-// with backoff, and whatever it last imposed runs out by its own deadline:
-// from then on the process's own breaker decides alone. A lost NOTIFY, a
-// partitioned process or a dead probe holder therefore cost at most one
-// deadline, never a fleet stuck open.
+// deadline, a probe lease at its expiry. If the coordinator is cut off
+// from the database, it says so (resilience_fleet_connected 0 and a log
+// line), keeps reconnecting with backoff, and whatever it last imposed
+// runs out by its own deadline: from then on the process's own breaker
+// decides alone. A lost NOTIFY, a partitioned process or a dead probe
+// holder therefore cost at most one deadline, never a fleet stuck open.
 //
-// A forced state that ends because the database is unreachable is the one
-// compromise: an operator's "until cleared" cannot be heard without the
-// database, and a process that cannot hear the clear must not refuse
-// calls forever.
+// A forced state is the exception: it is imposed in slices of ForcedSlice,
+// renewed at every read and, while reads fail or the database is out of
+// reach, at every failed read and every RefreshEvery, so it ends only when
+// a successful read says it is cleared or at its own end time. A busy
+// database must not end an operator's maintenance window early, and
+// holding it costs nothing a process could do instead: without the
+// database checkout cannot accept an order durably, nor the worker fetch
+// a job. A failed read is retried after RetryEvery rather than at the next
+// notification.
+//
+// A process that starts reads the row before it serves: [Coordinator.Start]
+// returns after the first read, or after StartWait (2 s) if the database
+// cannot be reached, when the process's own breaker decides alone.
 package fleet

@@ -37,6 +37,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// Dependency is the provider's name as the fleet shares its breaker across
+// checkout replicas and workers (internal/fleet), and as an operator names it
+// to force it open (`checkout breaker open payment`).
+const Dependency = "payment"
+
 // Defaults for Config, chosen for a provider on the same network answering in ~200 ms.
 const (
 	// DefaultMaxConns matches the default payment bulkhead (4 concurrent calls), so the

@@ -159,6 +159,7 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 	})
 	b.stateGauge.Set(float64(StateClosed))
 	b.setSource(SourceLocal)
+	m.breakerEffective.add(b)
 	return b
 }
 
@@ -242,6 +243,21 @@ func (b *breaker) state() State {
 		return StateOpen
 	}
 	return s
+}
+
+// effectiveState is the state calls meet: an imposed state while it holds
+// (open for its open part, half-open while only the fleet's probes may
+// pass), else the local breaker's, as allow decides.
+func (b *breaker) effectiveState() State {
+	if g := b.gate.Load(); g != nil {
+		switch now := b.now(); {
+		case now < g.openUntil:
+			return StateOpen
+		case now < g.holdUntil:
+			return StateHalfOpen
+		}
+	}
+	return b.state()
 }
 
 // retryAfter is how long until the breaker lets a call through: what is
@@ -412,13 +428,14 @@ func (c *call) onTimer() {
 	}
 }
 
-// late tells the limit that a call is late and, at most once a second, the
-// coordinator too (EventCongested), for the other processes' limits.
+// late tells the limit that a call is late and, at most once per
+// congestionNewsEvery, the coordinator too (EventCongested), for the other
+// processes' limits.
 func (b *breaker) late() {
 	b.limit.congested()
 	now := int64(b.now())
 	last := b.lastCongested.Load()
-	if (last == 0 || now-last >= int64(time.Second)) && b.lastCongested.CompareAndSwap(last, now) {
+	if (last == 0 || now-last >= int64(congestionNewsEvery)) && b.lastCongested.CompareAndSwap(last, now) {
 		b.events.push(Event{Kind: EventCongested, At: time.Now()})
 	}
 }

@@ -65,7 +65,7 @@ const (
 	// the hold ends.
 	EventProbeFailed
 	// EventCongested: a call of this process is late (see Config.LimitLateFactor)
-	// — at most one a second — so other processes' limits can shrink too
+	// — at most one per congestionNewsEvery — so other processes' limits can shrink too
 	// (Policy.Congested) before any of theirs is.
 	EventCongested
 )
@@ -92,14 +92,32 @@ type Event struct {
 	OpenFor time.Duration // EventOpened: how long the local breaker stays open
 }
 
+// congestionNewsEvery is the least time between two EventCongested a
+// breaker queues, and between two decreases that such news from other
+// processes makes to a limit (Policy.Congested).
+//
+// The receiver uses the sender's period so that the fleet's news weighs as
+// one process's, whatever the number of processes: with N senders each
+// announcing once a second, a decrease per message would halve every
+// receiver's limit N times a second, and a large fleet calling a
+// long-tailed but healthy provider would hold every limit at its minimum.
+// One decrease a second is still far sooner than a hung provider's first
+// timeout, which is what the news is for, and a receiver's own late calls
+// keep shrinking its limit at once: the rate only bounds what it believes
+// on others' word.
+const congestionNewsEvery = time.Second
+
 // Congested applies a congestion signal another process heard (its
 // EventCongested): the adaptive limit shrinks as for one late call of this
-// process's own. A fleet's processes send their first calls into a hung
-// provider together; this is how the second and third stop a call sooner.
-func (p *Policy) Congested() {
-	if p.limit != nil {
-		p.limit.congested()
+// process's own, at most once per congestionNewsEvery however many
+// processes send it. A fleet's processes send their first calls into a
+// hung provider together; this is how the second and third stop a call
+// sooner. It reports whether the news moved the limit.
+func (p *Policy) Congested() bool {
+	if p.limit == nil {
+		return false
 	}
+	return p.limit.congestedNews(time.Now(), congestionNewsEvery)
 }
 
 // Events returns a channel that receives a value whenever events are

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // counting wraps a step and counts the calls that reach the dependency.
@@ -307,4 +309,56 @@ func TestBreakDuration(t *testing.T) {
 // the transitions and verdicts the tests look for.
 func transitionEvents(events []Event) []Event {
 	return slices.DeleteFunc(events, func(e Event) bool { return e.Kind == EventCongested })
+}
+
+// TestEffectiveStateShowsImposedStates: resilience_breaker_state is the
+// process's own breaker, closed throughout here; the effective state shows
+// what calls meet — forced or fleet open, the fleet's half-open hold — and
+// follows an imposed state that runs out without a release.
+func TestEffectiveStateShowsImposedStates(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m, err := NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := New("payment", DefaultConfig(), Options{Classify: classify, Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gauge := func(name string) float64 {
+			t.Helper()
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == name {
+					return mf.GetMetric()[0].GetGauge().GetValue()
+				}
+			}
+			return -1
+		}
+		check := func(when string, want State) {
+			t.Helper()
+			if got := gauge("resilience_breaker_effective_state"); got != float64(want) {
+				t.Errorf("%s: resilience_breaker_effective_state = %v, want %v (%v)", when, got, float64(want), want)
+			}
+			if got := gauge("resilience_breaker_state"); got != float64(StateClosed) {
+				t.Errorf("%s: resilience_breaker_state = %v, want 0 (the local breaker)", when, got)
+			}
+		}
+		check("nothing imposed", StateClosed)
+		p.Impose(Imposed{Source: SourceForced, OpenFor: 10 * time.Second, HoldFor: 10 * time.Second})
+		check("forced open", StateOpen)
+		advance(11 * time.Second)
+		check("forced slice run out", StateClosed)
+		p.Impose(Imposed{Source: SourceFleet, OpenFor: time.Second, HoldFor: 2 * time.Second})
+		check("fleet open", StateOpen)
+		advance(1500 * time.Millisecond)
+		check("fleet half-open, another process probes", StateHalfOpen)
+		p.Release()
+		check("released", StateClosed)
+	})
 }

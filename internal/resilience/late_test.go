@@ -140,3 +140,31 @@ func TestCongestedFromElsewhereShrinksTheLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestCongestedFromElsewhereAtMostOncePerSecond: news of late calls from
+// many processes lowers the limit once per second however many send it, so
+// the size of the fleet does not multiply what each receiver believes; the
+// receiver's own late calls still lower it at once.
+func TestCongestedFromElsewhereAtMostOncePerSecond(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.LimitInitial, c.LimitMax = 16, 32 })
+		for range 10 { // ten processes, each announcing once this second
+			b.p.Congested()
+		}
+		if got := b.limit(); got != 8 {
+			t.Errorf("limit after ten processes' news within a second = %d, want 8 (halved once)", got)
+		}
+		advance(999 * time.Millisecond)
+		if b.p.Congested() {
+			t.Error("news 999ms after the last decrease moved the limit, want it ignored")
+		}
+		advance(time.Millisecond)
+		if !b.p.Congested() {
+			t.Error("news a second after the last decrease was ignored, want the limit halved")
+		}
+		if got := b.limit(); got != 4 {
+			t.Errorf("limit a second later = %d, want 4", got)
+		}
+	})
+}

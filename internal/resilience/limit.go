@@ -102,6 +102,9 @@ type limiter struct {
 	waiters []*waiter
 	// held holds, in order, when each slot kept by releaseAfter frees.
 	held []time.Time
+	// newsAt is when other processes' congestion news last lowered the
+	// limit (congestedNews); zero before the first.
+	newsAt time.Time
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -311,6 +314,26 @@ func (l *limiter) congested() {
 		l.limitGauge.Set(float64(l.limit))
 	}
 	l.mu.Unlock()
+}
+
+// congestedNews applies a congestion signal another process sent, unless
+// such news already lowered the limit less than every ago, and reports
+// whether the limit moved.
+func (l *limiter) congestedNews(now time.Time, every time.Duration) bool {
+	if !l.adaptive {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.newsAt.IsZero() && now.Sub(l.newsAt) < every {
+		return false
+	}
+	l.newsAt = now
+	if !l.adapt(congested) {
+		return false
+	}
+	l.limitGauge.Set(float64(l.limit))
+	return true
 }
 
 // adapt moves the limit for signal s and reports whether it changed. Call

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,6 +16,7 @@ type Metrics struct {
 	breakerTransitions *prometheus.CounterVec
 	breakerSource      *prometheus.GaugeVec
 	breakerImposed     *prometheus.CounterVec
+	breakerEffective   *effectiveStates
 	calls              *prometheus.CounterVec
 	limit              *prometheus.GaugeVec
 	bulkheadInUse      *prometheus.GaugeVec
@@ -58,6 +60,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "resilience_breaker_source",
 			Help: "Who decides whether the breaker lets calls through, one series per source set to 1: local (the process's own breaker), fleet (another process's breaker, shared through the fleet coordinator), forced (an operator). As of the last change: an imposed state that ran out of time without a release still shows.",
 		}, []string{"name", "source"}),
+		breakerEffective: &effectiveStates{desc: prometheus.NewDesc("resilience_breaker_effective_state",
+			"The breaker state calls meet, read at each scrape: 0 closed, 1 half-open, 2 open. It is resilience_breaker_state (the process's own breaker) unless a state imposed by the fleet or forced by an operator holds (resilience_breaker_source says which): then that state, open while every call is refused, half-open while only the fleet's probes may pass.",
+			[]string{"name"}, nil)},
 		breakerImposed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "resilience_breaker_imposed_total",
 			Help: "Breaker states imposed from outside the process, by source (fleet, forced) and state: open, half-open (another process probes), probing (this process probes for the fleet), released.",
@@ -105,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.breakerTransitions, m.breakerSource, m.breakerImposed, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
+		m.breakerState, m.breakerTransitions, m.breakerSource, m.breakerImposed, m.breakerEffective, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
 		m.rejected, m.retryAttempts, m.retryBackoff, m.poolInUse, m.poolRejected,
 	} {
 		errs = append(errs, reg.Register(c))
@@ -146,5 +151,39 @@ func (m *Metrics) limiterMetrics(name string) limiterMetrics {
 			m.bulkheadRejected.WithLabelValues(name),
 			m.rejected.WithLabelValues(name, reasonLimit),
 		},
+	}
+}
+
+// effectiveStates exports resilience_breaker_effective_state. It is read at
+// each scrape rather than set on each change because an imposed state ends
+// by running out of time, which no call or event reports.
+type effectiveStates struct {
+	desc     *prometheus.Desc
+	mu       sync.Mutex
+	breakers []*breaker
+}
+
+// add exports b's effective state; a later breaker of the same name
+// replaces an earlier one, as the gauges' children are shared by name.
+func (e *effectiveStates) add(b *breaker) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, old := range e.breakers {
+		if old.name == b.name {
+			e.breakers[i] = b
+			return
+		}
+	}
+	e.breakers = append(e.breakers, b)
+}
+
+func (e *effectiveStates) Describe(ch chan<- *prometheus.Desc) { ch <- e.desc }
+
+func (e *effectiveStates) Collect(ch chan<- prometheus.Metric) {
+	e.mu.Lock()
+	breakers := append([]*breaker(nil), e.breakers...)
+	e.mu.Unlock()
+	for _, b := range breakers {
+		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, float64(b.effectiveState()), b.name)
 	}
 }
