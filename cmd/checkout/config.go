@@ -46,7 +46,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
-		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
+		DebugAddr:       env.DebugAddr(),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
@@ -64,8 +64,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 			MaxWait: env.Duration("HEALTH_POOL_WAIT", healthPool.MaxWait, 0, time.Minute),
 		},
 		Orders: order.Config{
-			PaymentBudget: env.Duration("PAYMENT_BUDGET", orders.PaymentBudget, 10*time.Millisecond, time.Minute),
-			DBTimeout:     env.Duration("DB_TX_TIMEOUT", orders.DBTimeout, 10*time.Millisecond, time.Minute),
+			PaymentBudget: env.PaymentBudget(orders.PaymentBudget),
+			DBTimeout:     env.TxTimeout(orders.DBTimeout),
 			KeyRetention:  env.Duration("PROVIDER_KEY_RETENTION", orders.KeyRetention, time.Second, 365*24*time.Hour),
 			AsyncSettle:   env.OneOf("SETTLE_ASYNC_COMMIT", "true", "true", "false") == "true",
 		},

@@ -72,12 +72,13 @@ func DefaultConfig() Config {
 	return Config{PaymentBudget: 1500 * time.Millisecond, DBTimeout: 1500 * time.Millisecond, Fallback: true, KeyRetention: 24 * time.Hour}
 }
 
-// lockTTL is how long a request holds its key: past its own deadline, so a
+// LockTTL is how long a request holds its key: past its own deadline, so a
 // retry only resumes a request that died. The longest request — one that
 // resumes a key — runs three database steps and the charge. With the
-// defaults it is 7 s; the worker's sweep (SWEEP_AFTER) must wait at least
-// this long before it takes a pending order over.
-func (c Config) lockTTL() time.Duration {
+// defaults it is 7 s; the worker's sweep (SWEEP_AFTER) must wait longer
+// than this before it takes a pending order over, and the worker checks
+// that at start against checkout's PAYMENT_BUDGET and DB_TX_TIMEOUT.
+func (c Config) LockTTL() time.Duration {
 	budget := c.PaymentBudget
 	if budget == 0 {
 		budget = unboundedCharge
@@ -212,7 +213,7 @@ func (s *Service) replay(ctx context.Context, key string, req PlaceRequest) (Pla
 // seen before (a replay, a retry) writes nothing there and costs a
 // transaction to look the key up.
 func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, keyClaim, error) {
-	lockFor := s.cfg.lockTTL()
+	lockFor := s.cfg.LockTTL()
 	p := placement{key: key}
 	o, err := newOrder(req, total)
 	if err != nil {
