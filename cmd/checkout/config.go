@@ -77,7 +77,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MaxStaleness: env.Duration("CATALOG_MAX_STALENESS", cat.MaxStaleness, 0, 7*24*time.Hour),
 		CacheSize:    cat.CacheSize,
 		Budget:       cat.Budget,
-		Resilience:   cat.Resilience,
+		Resilience:   env.CatalogBreaker(cat.Resilience),
 	}
 	// The catalog's policy follows the mode, as the payment's does.
 	cfg.Catalog.Resilience.Mode = cfg.Resilience.Mode
