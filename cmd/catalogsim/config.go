@@ -30,5 +30,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Jitter:          env.Duration("CATALOGSIM_JITTER", catalogsim.DefaultJitter, 0, time.Minute),
 		AdminToken:      env.String("CATALOGSIM_ADMIN_TOKEN", ""),
 	}
-	return cfg, env.Err()
+	// The admin API sets the prices checkout charges: open only on
+	// loopback, with a token, or when the operator opts out.
+	admin := envconfig.Guarded{
+		Surface: "the admin API", AddrVar: "HTTP_ADDR", Addr: cfg.HTTPAddr,
+		Credential: "CATALOGSIM_ADMIN_TOKEN", Protected: cfg.AdminToken != "",
+		OptOut: "ALLOW_UNAUTHENTICATED_ADMIN", Allowed: env.OneOf("ALLOW_UNAUTHENTICATED_ADMIN", "false", "true", "false") == "true",
+	}
+	if err := env.Err(); err != nil {
+		return cfg, err
+	}
+	return cfg, admin.Check()
 }

@@ -48,7 +48,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
-		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
+		DebugAddr:       env.DebugAddr(),
 		MetricsAddr:     env.OptionalAddr("METRICS_ADDR"),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
@@ -68,8 +68,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 			MaxWait: env.Duration("HEALTH_POOL_WAIT", healthPool.MaxWait, 0, time.Minute),
 		},
 		Orders: order.Config{
-			PaymentBudget: env.Duration("PAYMENT_BUDGET", orders.PaymentBudget, 10*time.Millisecond, time.Minute),
-			DBTimeout:     env.Duration("DB_TX_TIMEOUT", orders.DBTimeout, 10*time.Millisecond, time.Minute),
+			PaymentBudget: env.PaymentBudget(orders.PaymentBudget),
+			DBTimeout:     env.TxTimeout(orders.DBTimeout),
 			KeyRetention:  env.Duration("PROVIDER_KEY_RETENTION", orders.KeyRetention, time.Second, 365*24*time.Hour),
 			AsyncSettle:   env.OneOf("SETTLE_ASYNC_COMMIT", "true", "true", "false") == "true",
 		},
@@ -81,7 +81,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MaxStaleness: env.Duration("CATALOG_MAX_STALENESS", cat.MaxStaleness, 0, 7*24*time.Hour),
 		CacheSize:    cat.CacheSize,
 		Budget:       cat.Budget,
-		Resilience:   cat.Resilience,
+		Resilience:   env.CatalogBreaker(cat.Resilience),
 	}
 	// The catalog's policy follows the mode, as the payment's does.
 	cfg.Catalog.Resilience.Mode = cfg.Resilience.Mode

@@ -29,7 +29,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8082"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
-		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
+		DebugAddr:       env.DebugAddr(),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		Latency:         env.Duration("PAYMENTSIM_LATENCY", paymentsim.DefaultLatency, 0, time.Minute),
 		Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),
@@ -37,6 +37,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ChargeCap:       env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
 		Capacity:        env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
 		AdminToken:      env.String("PAYMENTSIM_ADMIN_TOKEN", ""),
+	}
+	// The admin API resets the ledger (forgetting keys, so a retry becomes
+	// a second charge) and injects faults: open only on loopback, with a
+	// token, or when the operator opts out.
+	admin := envconfig.Guarded{
+		Surface: "the admin API", AddrVar: "HTTP_ADDR", Addr: cfg.HTTPAddr,
+		Credential: "PAYMENTSIM_ADMIN_TOKEN", Protected: cfg.AdminToken != "",
+		OptOut: "ALLOW_UNAUTHENTICATED_ADMIN", Allowed: env.OneOf("ALLOW_UNAUTHENTICATED_ADMIN", "false", "true", "false") == "true",
 	}
 	if err := env.Err(); err != nil {
 		return cfg, err
@@ -46,5 +54,5 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.ChargeCap != 0 && cfg.ChargeCap < cfg.LedgerCap {
 		return cfg, fmt.Errorf("PAYMENTSIM_CHARGE_CAP=%d: want at least PAYMENTSIM_LEDGER_CAP (%d)", cfg.ChargeCap, cfg.LedgerCap)
 	}
-	return cfg, nil
+	return cfg, admin.Check()
 }

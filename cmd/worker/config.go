@@ -63,7 +63,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8081"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
-		DebugAddr:       env.OptionalAddr("DEBUG_ADDR"),
+		DebugAddr:       env.DebugAddr(),
 		ShutdownTimeout: shutdownTimeout,
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
@@ -85,11 +85,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 				ReconcileAfter:    env.Duration("RECONCILE_AFTER", schedule.ReconcileAfter, time.Second, 24*time.Hour),
 				ReconcileInterval: env.Duration("RECONCILE_INTERVAL", schedule.ReconcileInterval, time.Second, 24*time.Hour),
 			},
-			// Must exceed the job timeout: River rescues a job only once it
-			// has run this long, so a worker killed mid-charge has its job
-			// retried.
-			RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, worker.ChargeJobTimeout+time.Second, time.Hour),
-			KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 30*24*time.Hour),
+			// Must exceed the job timeout (checkTimings): River rescues a
+			// job only once it has run this long, so a worker killed
+			// mid-charge has its job retried.
+			RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, time.Second, time.Hour),
+			KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 365*24*time.Hour),
 			PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
 			ShutdownTimeout:      shutdownTimeout,
 			// true behind a pooler in transaction mode, where LISTEN cannot
@@ -98,6 +98,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 		},
 		RiverUIUser:     env.String("RIVERUI_USER", ""),
 		RiverUIPassword: env.String("RIVERUI_PASSWORD", ""),
+	}
+	// Checkout's request deadlines, under checkout's names and defaults:
+	// the worker does not use them, it only checks SWEEP_AFTER against
+	// them (checkTimings), so they must be set as checkout's are.
+	defaults := order.DefaultConfig()
+	checkout := order.Config{PaymentBudget: env.PaymentBudget(defaults.PaymentBudget), DBTimeout: env.TxTimeout(defaults.DBTimeout)}
+	// River UI cancels, retries and deletes jobs: open only on loopback,
+	// with basic auth, or when the operator opts out.
+	riverUI := envconfig.Guarded{
+		Surface: "River UI", AddrVar: "HTTP_ADDR", Addr: cfg.HTTPAddr,
+		Credential: "RIVERUI_USER and RIVERUI_PASSWORD", Protected: cfg.RiverUIUser != "",
+		OptOut: "ALLOW_UNAUTHENTICATED_RIVERUI", Allowed: env.OneOf("ALLOW_UNAUTHENTICATED_RIVERUI", "false", "true", "false") == "true",
 	}
 	// River retries failed jobs on its own schedule (order.ChargeWorker's
 	// NextRetry); retrying inside a job as well would multiply attempts.
@@ -111,5 +123,46 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if err := cfg.Resilience.Validate(); err != nil {
 		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
 	}
-	return cfg, nil
+	return cfg, errors.Join(checkTimings(cfg, checkout), riverUI.Check())
+}
+
+// checkTimings reports every pair of settings that is valid alone but
+// wrong together, naming both variables.
+func checkTimings(cfg config, checkout order.Config) error {
+	var errs []error
+	// A lookup's "no charge" is final (the order fails), so it must come
+	// after every attempt can have ended at the provider: the attempt
+	// timeout bounds how long the worker waits, and the abandoned-call hold
+	// is how long the provider is assumed to keep a call given up on.
+	inFlight, inFlightVar := cfg.Resilience.AttemptTimeout, "PAYMENT_ATTEMPT_TIMEOUT"
+	if cfg.Resilience.AbandonedHold > inFlight {
+		inFlight, inFlightVar = cfg.Resilience.AbandonedHold, "PAYMENT_ABANDONED_HOLD"
+	}
+	if lookup := cfg.Worker.Charge.LookupAfter; lookup < inFlight {
+		errs = append(errs, fmt.Errorf("LOOKUP_AFTER=%s: want at least %s (%s), the longest an attempt can be in flight at the provider (PAYMENT_ATTEMPT_TIMEOUT %s, PAYMENT_ABANDONED_HOLD %s)",
+			lookup, inFlightVar, inFlight, cfg.Resilience.AttemptTimeout, cfg.Resilience.AbandonedHold))
+	}
+	// A pending order younger than checkout's longest request may still
+	// have its request running; sweeping it would charge it twice at once
+	// (one provider key makes the second a replay, but a wasted call).
+	if sweep, longest := cfg.Worker.Schedule.SweepAfter, checkout.LockTTL(); sweep <= longest {
+		errs = append(errs, fmt.Errorf("SWEEP_AFTER=%s: want more than checkout's longest request, PAYMENT_BUDGET + 3 × DB_TX_TIMEOUT + 1s = %s (PAYMENT_BUDGET %s, DB_TX_TIMEOUT %s; set both as checkout's)",
+			sweep, longest, checkout.PaymentBudget, checkout.DBTimeout))
+	}
+	// River rescues a job that has run this long; a job still running then
+	// would run twice at once.
+	if rescue := cfg.Worker.RescueStuckJobsAfter; rescue <= worker.ChargeJobTimeout {
+		errs = append(errs, fmt.Errorf("RESCUE_STUCK_JOBS_AFTER=%s: want more than the charge job timeout (%s), or River rescues jobs still running", rescue, worker.ChargeJobTimeout))
+	}
+	// A client retries a request it got no answer for under the same
+	// Idempotency-Key, which resumes the order the key names. Once the key
+	// is pruned, the retry places a second order, with a provider key of
+	// its own that the provider cannot match, while the worker may still
+	// charge the first for as long as its charge window lasts: keys must be
+	// kept at least that long.
+	if keys, window := cfg.Worker.KeyRetention, order.ChargeWindow(cfg.Worker.Charge.KeyRetention); keys < window {
+		errs = append(errs, fmt.Errorf("IDEMPOTENCY_KEY_RETENTION=%s: want at least the charge window, 90%% of PROVIDER_KEY_RETENTION (%s of %s): a retry after its key is pruned places a second order while the worker may still charge the first",
+			keys, window, cfg.Worker.Charge.KeyRetention))
+	}
+	return errors.Join(errs...)
 }

@@ -58,3 +58,20 @@ func (r *Reader) lateFactor(d float64) float64 {
 	r.fail("PAYMENT_LIMIT_LATE_FACTOR", r.lookup("PAYMENT_LIMIT_LATE_FACTOR"), "0 (off) or a number from 1 to 10")
 	return d
 }
+
+// CatalogBreaker reads the catalog policy's breaker settings over the
+// defaults d: the payment's BREAKER_* names with a CATALOG_ prefix, and
+// the same ranges. The catalog's breaker sees only cache misses, so its
+// window may well want other values than the payment's.
+func (r *Reader) CatalogBreaker(d resilience.Config) resilience.Config {
+	d.WindowSize = r.Int("CATALOG_BREAKER_WINDOW", d.WindowSize, 1, 1000)
+	d.MinCalls = r.Int("CATALOG_BREAKER_MIN_CALLS", d.MinCalls, 1, 1000)
+	d.FailureRate = r.Float("CATALOG_BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1)
+	d.SlowCallThreshold = r.Duration("CATALOG_BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute)
+	d.SlowCallRate = r.Float("CATALOG_BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
+	d.OpenDuration = r.Duration("CATALOG_BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
+	d.OpenJitter = r.Duration("CATALOG_BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
+	d.OpenMax = r.Duration("CATALOG_BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
+	d.HalfOpenProbes = r.Int("CATALOG_BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
+	return d
+}

@@ -140,5 +140,11 @@ var ErrChargeMismatch = errors.New("the provider holds a charge that does not ma
 // for clock skew between the provider, the database and this process. An
 // order past that is resolved by lookup (Resolve), never charged again.
 func MayCharge(o Order, keyRetention time.Duration, now time.Time) bool {
-	return now.Sub(o.CreatedAt) < keyRetention-keyRetention/10
+	return now.Sub(o.CreatedAt) < ChargeWindow(keyRetention)
+}
+
+// ChargeWindow is how long after its creation an order may still be
+// charged, given the provider's key retention (see MayCharge).
+func ChargeWindow(keyRetention time.Duration) time.Duration {
+	return keyRetention - keyRetention/10
 }

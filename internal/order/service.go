@@ -91,12 +91,13 @@ func DefaultConfig() Config {
 	return Config{PaymentBudget: 1500 * time.Millisecond, DBTimeout: 1500 * time.Millisecond, Fallback: true, KeyRetention: 24 * time.Hour}
 }
 
-// lockTTL is how long a request holds its key: past its own deadline, so a
+// LockTTL is how long a request holds its key: past its own deadline, so a
 // retry only resumes a request that died. The longest request — one that
 // resumes a key — runs three database steps and the charge. With the
-// defaults it is 7 s; the worker's sweep (SWEEP_AFTER) must wait at least
-// this long before it takes a pending order over.
-func (c Config) lockTTL() time.Duration {
+// defaults it is 7 s; the worker's sweep (SWEEP_AFTER) must wait longer
+// than this before it takes a pending order over, and the worker checks
+// that at start against checkout's PAYMENT_BUDGET and DB_TX_TIMEOUT.
+func (c Config) LockTTL() time.Duration {
 	budget := c.PaymentBudget
 	if budget == 0 {
 		budget = unboundedCharge
@@ -192,7 +193,7 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 	}
 	p, claim, err := s.begin(ctx, key, req, total)
 	if errors.Is(err, errOutcomeUnknown) {
-		return Placed{}, &OutcomeUnknownError{RetryAfter: s.cfg.lockTTL(), err: err}
+		return Placed{}, &OutcomeUnknownError{RetryAfter: s.cfg.LockTTL(), err: err}
 	}
 	if err != nil {
 		return Placed{}, classifyDBError(err)
@@ -234,7 +235,7 @@ func (s *Service) replay(ctx context.Context, key string, req PlaceRequest) (Pla
 // seen before (a replay, a retry) writes nothing there and costs a
 // transaction to look the key up.
 func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, keyClaim, error) {
-	lockFor := s.cfg.lockTTL()
+	lockFor := s.cfg.LockTTL()
 	p := placement{key: key}
 	o, err := newOrder(req, total)
 	if err != nil {
@@ -377,7 +378,7 @@ func (s *Service) stored(ctx context.Context, p placement, err error) (Placed, e
 		return Placed{}, err
 	}
 	s.log.WarnContext(ctx, "database failed after the order was stored; the worker finishes it", "order_id", p.order.ID, "err", err)
-	return Placed{Order: p.order, RetryAfter: s.cfg.lockTTL()}, nil
+	return Placed{Order: p.order, RetryAfter: s.cfg.LockTTL()}, nil
 }
 
 // deferOrder is step 3 without an outcome: the order becomes

@@ -76,7 +76,7 @@ func (s *Sweeper) Work(ctx context.Context, job *river.Job[SweepArgs]) error {
 // Schedule is how often each sweep runs and how old an order must be.
 type Schedule struct {
 	// SweepAfter must exceed the longest checkout request (7 s with the
-	// defaults, order.Config.lockTTL), or the worker charges orders whose
+	// defaults, order.Config.LockTTL), or the worker charges orders whose
 	// request is still running — harmless (one provider key: the provider
 	// replays), but a wasted call.
 	SweepAfter, SweepInterval         time.Duration
