@@ -408,10 +408,14 @@ func (c *call) startClock() {
 // completed. A call late for the limit before it is slow for the breaker
 // is reported in two steps.
 func (c *call) onTimer() {
-	if c.lateAfter < c.b.slowAfter && c.state.CompareAndSwap(running, reportedLate) {
+	// Read before the CAS: once it succeeds, finish may recycle c as soon
+	// as the timer is re-armed, and the timer's own lock, which orders the
+	// two, is invisible to the race detector.
+	lateAfter, slowAfter := c.lateAfter, c.b.slowAfter
+	if lateAfter < slowAfter && c.state.CompareAndSwap(running, reportedLate) {
 		c.b.late()
 		// Last: once re-armed, finish may recycle c.
-		c.timer.Reset(c.b.slowAfter - c.lateAfter)
+		c.timer.Reset(slowAfter - lateAfter)
 		return
 	}
 	limitHeard := c.state.Load() == reportedLate
