@@ -3,8 +3,8 @@ package main
 import (
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/health"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 func TestServeHealthAndShutdown(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"catalogsim"}, map[string]string{
+	p := process.Start(t, run, []string{"catalogsim"}, map[string]string{
 		"HTTP_ADDR":          "127.0.0.1:0",
 		"CATALOGSIM_LATENCY": "0s",
 	})
@@ -49,7 +49,7 @@ func TestServeHealthAndShutdown(t *testing.T) {
 
 func TestPricesAndAdminThroughRun(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"catalogsim"}, map[string]string{
+	p := process.Start(t, run, []string{"catalogsim"}, map[string]string{
 		"HTTP_ADDR":              "127.0.0.1:0",
 		"CATALOGSIM_LATENCY":     "0s",
 		"CATALOGSIM_ADMIN_TOKEN": "s3cret",

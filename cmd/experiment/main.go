@@ -20,7 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/resilientcheckout/checkout/internal/experiment"
+	"github.com/resilientcheckout/checkout/internal/lab/experiment"
 )
 
 func main() {

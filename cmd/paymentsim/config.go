@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/envconfig"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 

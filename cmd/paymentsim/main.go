@@ -15,7 +15,7 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/health"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 

@@ -78,7 +78,7 @@ func count(b bool) int {
 var routeSources = map[string]string{
 	"checkout":   "internal/api",
 	"worker":     "internal/worker",
-	"paymentsim": "internal/paymentsim",
+	"paymentsim": "internal/sim/paymentsim",
 }
 
 // secretOnly are variables that must come from a Secret, never a ConfigMap

@@ -26,7 +26,7 @@
 // caller maps its error kinds (ErrUnknownSKU, ErrPriceChanged,
 // ErrUnavailable) to statuses, and adapts its order to [Order]. Like
 // internal/payment, it shares no code with its simulator
-// (internal/catalogsim).
+// (internal/sim/catalogsim).
 package catalog
 
 import (

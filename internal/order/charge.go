@@ -8,7 +8,7 @@ import (
 )
 
 // Payer is the payment provider as the order package needs it: the port
-// internal/payer adapts the protected payment client to, so this package
+// internal/orderpayment adapts the protected payment client to, so this package
 // knows no HTTP. The API and the worker each have their own.
 type Payer interface {
 	// Charge charges req once. Its errors carry ErrDeclined, ErrRejected

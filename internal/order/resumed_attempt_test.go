@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/worker"
@@ -57,7 +57,7 @@ func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := payer.New(client)
+	real := orderpayment.New(client)
 	held := heldCharge{Payer: real, began: make(chan struct{}), release: make(chan struct{})}
 	jobs, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{})
 	if err != nil {

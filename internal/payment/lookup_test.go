@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 func newClient(t *testing.T, url string) *payment.Client {

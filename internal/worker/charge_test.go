@@ -20,11 +20,11 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 // workerBundle is a real River worker on a fresh database, charging through
@@ -66,7 +66,7 @@ func newPayer(t *testing.T, url string, cfg resilience.Config) order.Payer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return payer.New(client)
+	return orderpayment.New(client)
 }
 
 // start runs a River client with the charge worker until the test ends;

@@ -1,8 +1,10 @@
-// Package proctest starts a binary's real wiring — its run function — inside
-// a test, the way STYLE.md asks every cmd/* to be testable: on port :0, with
-// the environment given as a map, logs captured, and a clean shutdown when
-// the test ends.
-package proctest
+// Package process starts the binaries of the stack for tests and lab tools:
+// a binary's real wiring — its run function — inside a test (Start), or a
+// built binary as a child process (StartBinary), on port :0, with the
+// environment given as a map, logs captured, and a clean shutdown when the
+// test ends. Every cmd/* exposes run so that its tests exercise the same
+// wiring the binary runs.
+package process
 
 import (
 	"bufio"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	labprocess "github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // bin holds the binaries the smoke tests run, built once.
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := proctest.Build("../..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim", "./cmd/throughput"); err != nil {
+	if err := labprocess.Build("../../..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim", "./cmd/throughput"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)

@@ -1,11 +1,11 @@
-// Package obstest keeps the dashboard and alert rules of deploy/ honest: it
-// extracts the metric names their PromQL queries use, and the policy and pool
-// names they select (resilience_breaker_state{name="catalog"}), and each
+// Package telemetrytest keeps the dashboard and alert rules of deploy/
+// honest: it extracts the metric names their PromQL queries use, and the
+// policy and pool names they select (resilience_breaker_state{name="catalog"}), and each
 // binary's tests check that the binary, running for real, exports the names
 // it owns with those policies and pools. A metric renamed in code (or a typo
 // in a query, or a panel for a policy the process does not run) then fails a
 // test instead of drawing an empty panel or an alert that can never fire.
-package obstest
+package telemetrytest
 
 import (
 	"encoding/json"
@@ -109,7 +109,7 @@ func Root(t testing.TB) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("obstest: go.mod not found above the working directory")
+			t.Fatal("telemetrytest: go.mod not found above the working directory")
 		}
 		dir = parent
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 )
 
 func TestScheduleFault(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 )
 
 // Server is a simulator listening on a loopback port.

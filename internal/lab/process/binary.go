@@ -1,4 +1,4 @@
-package proctest
+package process
 
 import (
 	"bytes"

@@ -9,7 +9,7 @@
 // the experiment and the tests can break the catalog or move a price and
 // watch checkout's stale cache and price check cope.
 //
-// Like internal/paymentsim, it deliberately shares no code with its client,
+// Like internal/sim/paymentsim, it deliberately shares no code with its client,
 // internal/catalog: shared protocol code would mirror a bug on both sides
 // and hide it from the tests.
 package catalogsim

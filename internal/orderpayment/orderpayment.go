@@ -1,9 +1,10 @@
-// Package payer adapts the payment provider's client (internal/payment,
-// behind its resilience policy) to the port the order package charges
-// through (order.Payer). It is the only place that knows both: payment knows
-// nothing of orders, and order knows no HTTP. cmd/checkout and cmd/worker
-// each wrap their own protected client with it.
-package payer
+// Package orderpayment is the payment client seen as an order.Payer: it
+// adapts the payment provider's client (internal/payment, behind its
+// resilience policy) to the port the order package charges through. It is
+// the only place that knows both: payment knows nothing of orders, and order
+// knows no HTTP. cmd/checkout and cmd/worker each wrap their own protected
+// client with it.
+package orderpayment
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package obstest
+package telemetrytest
 
 import (
 	"path/filepath"
@@ -168,7 +168,7 @@ func TestEveryQueriedMetricHasAnOwner(t *testing.T) {
 	t.Parallel()
 	for name, where := range Used(t, Root(t)) {
 		if Owner(name) == "" && !slices.Contains(PrometheusSeries, name) {
-			t.Errorf("%s (used by %s) has no owner in obstest.Owners", name, strings.Join(where, ", "))
+			t.Errorf("%s (used by %s) has no owner in telemetrytest.Owners", name, strings.Join(where, ", "))
 		}
 	}
 }
