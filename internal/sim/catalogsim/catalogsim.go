@@ -15,14 +15,12 @@
 package catalogsim
 
 import (
-	"io"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
 // Defaults for Config. A catalog read is a lookup in a service close to
@@ -75,15 +73,11 @@ type Config struct {
 // Simulator is the catalog. It is an http.Handler serving the protocol,
 // /health, /metrics and the admin API under /admin/.
 type Simulator struct {
-	cfg      Config
-	logger   *slog.Logger
-	random   func() float64
-	book     *book
-	faults   *schedule
-	stats    *stats
-	metrics  *metrics
-	registry *prometheus.Registry
-	mux      *http.ServeMux
+	cfg     Config
+	srv     *simulator.Server[Fault]
+	book    *book
+	stats   *stats
+	metrics *metrics
 }
 
 // New returns a Simulator holding cfg.Prices and no faults.
@@ -92,21 +86,14 @@ func New(cfg Config) *Simulator {
 		cfg.Prices = Seed()
 	}
 	s := &Simulator{
-		cfg:      cfg,
-		logger:   cfg.Logger,
-		random:   cfg.Random,
-		book:     newBook(maps.Clone(cfg.Prices)),
-		faults:   &schedule{},
-		registry: prometheus.NewRegistry(),
-		mux:      http.NewServeMux(),
+		cfg: cfg,
+		srv: simulator.NewServer[Fault](simulator.Options{
+			Name: "catalogsim", AdminToken: cfg.AdminToken, MaxAdminBody: maxAdminBody,
+			Logger: cfg.Logger, Random: cfg.Random,
+		}),
+		book: newBook(maps.Clone(cfg.Prices)),
 	}
-	if s.logger == nil {
-		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if s.random == nil {
-		s.random = rand.Float64
-	}
-	s.metrics = newMetrics(s.registry)
+	s.metrics = newMetrics(s.srv.Registry)
 	s.stats = newStats(s.metrics)
 	s.routes()
 	return s
@@ -114,7 +101,7 @@ func New(cfg Config) *Simulator {
 
 // ServeHTTP implements http.Handler.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, r)
+	s.srv.ServeHTTP(w, r)
 }
 
 // Stats returns the request counts served by GET /admin/stats.

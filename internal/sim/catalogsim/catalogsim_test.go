@@ -156,7 +156,7 @@ func TestLatencyAndScheduledOutage(t *testing.T) {
 		if got, want := do(t, s, http.MethodGet, "/v1/prices?skus=SKU-1", "").Code, http.StatusOK; got != want {
 			t.Errorf("after the outage: got %d, want %d", got, want)
 		}
-		if got := len(s.faults.list(time.Now())); got != 0 {
+		if got := len(s.srv.Faults.List(time.Now())); got != 0 {
 			t.Errorf("windows left: got %d, want 0", got)
 		}
 	})

@@ -2,57 +2,30 @@ package catalogsim
 
 import (
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
-// outcome labels how a price request ended, in metrics.
-type outcome string
+// outcomeOK is a price request answered 200; the other outcomes are
+// simulator's.
+const outcomeOK simulator.Outcome = "ok"
 
-const (
-	outcomeOK        outcome = "ok"
-	outcomeInvalid   outcome = "invalid"
-	outcomeError     outcome = "error"
-	outcomeDown      outcome = "down"
-	outcomeAbandoned outcome = "abandoned"
-)
-
-// metrics are registered on the simulator's own registry rather than the
-// global default, so several simulators (one per test) never collide.
 type metrics struct {
-	requests *prometheus.CounterVec
-	inFlight prometheus.Gauge
-	duration prometheus.Histogram
+	*simulator.RequestMetrics
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "catalogsim_price_requests_total",
-			Help: "Price requests by outcome.",
-		}, []string{"outcome"}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "catalogsim_price_requests_in_flight",
-			Help: "Price requests being answered.",
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+func newMetrics(reg prometheus.Registerer) *metrics {
+	return &metrics{simulator.NewRequestMetrics(reg,
+		prometheus.CounterOpts{Name: "catalogsim_price_requests_total", Help: "Price requests by outcome."},
+		prometheus.GaugeOpts{Name: "catalogsim_price_requests_in_flight", Help: "Price requests being answered."},
+		prometheus.HistogramOpts{
 			Name: "catalogsim_price_duration_seconds",
 			Help: "Time spent on a price request, whatever its outcome.",
 			// From 1 ms to ~16 s: the 20 ms normal latency and injected delays of seconds.
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-	}
-	reg.MustRegister(m.requests, m.inFlight, m.duration,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
-}
-
-func (m *metrics) observe(o outcome, d time.Duration) {
-	m.requests.WithLabelValues(string(o)).Inc()
-	m.duration.Observe(d.Seconds())
+		})}
 }
 
 // Stats is the body of GET /admin/stats.
@@ -83,12 +56,12 @@ func (st *stats) add() (done func()) {
 	st.s.Requests++
 	st.s.InFlight++
 	st.s.MaxInFlight = max(st.s.MaxInFlight, st.s.InFlight)
-	st.metrics.inFlight.Set(float64(st.s.InFlight))
+	st.metrics.InFlight.Set(float64(st.s.InFlight))
 	return func() {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.s.InFlight--
-		st.metrics.inFlight.Set(float64(st.s.InFlight))
+		st.metrics.InFlight.Set(float64(st.s.InFlight))
 	}
 }
 

@@ -1,9 +1,6 @@
 package catalogsim
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -11,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
 // book is the price list.
@@ -85,30 +84,30 @@ func (s *Simulator) handlePrices() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		done := s.stats.add()
-		outcome := s.servePrices(w, r, s.faults.active(start))
+		outcome := s.servePrices(w, r, s.srv.Faults.Active(start))
 		done()
-		s.metrics.observe(outcome, time.Since(start))
+		s.metrics.Observe(outcome, time.Since(start))
 	}
 }
 
-func (s *Simulator) servePrices(w http.ResponseWriter, r *http.Request, f Fault) outcome {
+func (s *Simulator) servePrices(w http.ResponseWriter, r *http.Request, f Fault) simulator.Outcome {
 	if f.Down {
-		writeError(w, http.StatusServiceUnavailable, "api_error", "the catalog is down")
-		return outcomeDown
+		simulator.WriteError(w, http.StatusServiceUnavailable, "api_error", "the catalog is down")
+		return simulator.OutcomeDown
 	}
-	if f.ErrorRate > 0 && s.random() < f.ErrorRate {
-		writeError(w, http.StatusInternalServerError, "api_error", "injected server error")
-		return outcomeError
+	if f.ErrorRate > 0 && s.srv.Random() < f.ErrorRate {
+		simulator.WriteError(w, http.StatusInternalServerError, "api_error", "injected server error")
+		return simulator.OutcomeError
 	}
 	skus, err := parseSKUs(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
-		return outcomeInvalid
+		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return simulator.OutcomeInvalid
 	}
 	s.stats.requested(len(skus))
 	// A read has nothing to finish for a client that left.
-	if !sleep(r.Context(), s.latency()+time.Duration(f.Latency)) {
-		return outcomeAbandoned
+	if !simulator.Sleep(r.Context(), s.latency()+time.Duration(f.Latency)) {
+		return simulator.OutcomeAbandoned
 	}
 	answer := pricesAnswer{Prices: make(map[string]Price, len(skus)), Unknown: []string{}}
 	for _, sku := range skus {
@@ -118,61 +117,11 @@ func (s *Simulator) servePrices(w http.ResponseWriter, r *http.Request, f Fault)
 			answer.Unknown = append(answer.Unknown, sku)
 		}
 	}
-	writeJSON(w, http.StatusOK, answer)
+	simulator.WriteJSON(w, http.StatusOK, answer)
 	return outcomeOK
 }
 
 // latency draws this request's time from Latency ± Jitter.
 func (s *Simulator) latency() time.Duration {
-	spread := time.Duration((2*s.random() - 1) * float64(s.cfg.Jitter))
-	return max(s.cfg.Latency+spread, 0)
-}
-
-// sleep waits d unless ctx ends first, and reports whether it slept it all.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func isCurrency(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < 'A' || c > 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(v); err != nil {
-		// Only our own fixed types are encoded here; failing is a programming error.
-		panic(fmt.Sprintf("catalogsim: encode %T: %v", v, err))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes()) // The client may be gone; there is nobody to tell.
-}
-
-// writeError writes the catalog's error body, {"error":{"type":…,"message":…}}.
-func writeError(w http.ResponseWriter, status int, typ, message string) {
-	type detail struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	writeJSON(w, status, struct {
-		Error detail `json:"error"`
-	}{detail{typ, message}})
+	return simulator.Jittered(s.cfg.Latency, s.cfg.Jitter, s.srv.Random)
 }

@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
 const (
-	// maxBodyBytes bounds a charge request; a real one is about a hundred bytes.
+	// maxBodyBytes bounds a charge or admin request body; a real one is about a hundred bytes.
 	maxBodyBytes = 16 << 10
 	// declinedMethod is the test payment method that is always declined, as in Stripe's test mode.
 	declinedMethod = "pm_card_chargeDeclined"
@@ -41,7 +41,7 @@ type charge struct {
 // are errors, so a client bug surfaces as a 400 instead of a charge for the wrong amount.
 func decodeCharge(r io.Reader) (chargeRequest, error) {
 	var req chargeRequest
-	if err := decodeStrict(r, &req); err != nil {
+	if err := simulator.DecodeStrict(r, &req); err != nil {
 		return chargeRequest{}, err
 	}
 	if err := req.validate(); err != nil {
@@ -50,25 +50,11 @@ func decodeCharge(r io.Reader) (chargeRequest, error) {
 	return req, nil
 }
 
-// decodeStrict decodes exactly one JSON value into v, rejecting unknown fields and trailing
-// data.
-func decodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("decode body: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("decode body: unexpected data after the JSON object")
-	}
-	return nil
-}
-
 func (req chargeRequest) validate() error {
 	switch {
 	case req.Amount <= 0:
 		return errors.New("amount must be a positive integer of minor units")
-	case !isCurrency(req.Currency):
+	case !simulator.IsCurrency(req.Currency):
 		return errors.New("currency must be three uppercase letters")
 	case !isToken(req.PaymentMethod, 64):
 		return errors.New("payment_method must be 1 to 64 visible ASCII characters")
@@ -76,18 +62,6 @@ func (req chargeRequest) validate() error {
 		return errors.New("reference must be 1 to 255 visible ASCII characters")
 	}
 	return nil
-}
-
-func isCurrency(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < 'A' || c > 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 // isToken reports whether s is 1 to maxLen characters of visible ASCII (0x21–0x7E), the
@@ -109,11 +83,11 @@ func isToken(s string, maxLen int) bool {
 func (s *Simulator) handleCharge() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		fault := s.faults.active(start)
+		fault := s.srv.Faults.Active(start)
 		done := s.inflight.add(fault != Fault{})
 		outcome := s.serveCharge(w, r, fault)
 		done()
-		s.metrics.observe(outcome, time.Since(start))
+		s.metrics.Observe(outcome, time.Since(start))
 	}
 }
 
@@ -123,8 +97,8 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	// r.Context) only once the body has been consumed, and a hung request must notice.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
-		return outcomeInvalid
+		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
+		return simulator.OutcomeInvalid
 	}
 	if out, stop := s.injectFault(w, r, fault); stop {
 		return out
@@ -132,13 +106,13 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 
 	key := r.Header.Get("Idempotency-Key")
 	if !isToken(key, 255) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key must be 1 to 255 visible ASCII characters")
-		return outcomeInvalid
+		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key must be 1 to 255 visible ASCII characters")
+		return simulator.OutcomeInvalid
 	}
 	req, err := decodeCharge(bytes.NewReader(body))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
-		return outcomeInvalid
+		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return simulator.OutcomeInvalid
 	}
 
 	e, c := s.ledger.claim(key, req)
@@ -147,10 +121,10 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 		writeResponse(w, e.resp, true)
 		return outcomeReplayed
 	case claimInFlight:
-		writeError(w, http.StatusConflict, "idempotency_error", "a request with this Idempotency-Key is still in progress")
+		simulator.WriteError(w, http.StatusConflict, "idempotency_error", "a request with this Idempotency-Key is still in progress")
 		return outcomeConflict
 	case claimMismatch:
-		writeError(w, http.StatusUnprocessableEntity, "idempotency_error", "this Idempotency-Key was used with different parameters")
+		simulator.WriteError(w, http.StatusUnprocessableEntity, "idempotency_error", "this Idempotency-Key was used with different parameters")
 		return outcomeMismatch
 	}
 
@@ -181,7 +155,7 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 	if fault.Capacity > 0 {
 		capacity = fault.Capacity
 	}
-	sleep(ctx, scaledLatency(s.latency(), n, capacity)+time.Duration(fault.Latency))
+	simulator.Sleep(ctx, scaledLatency(s.latency(), n, capacity)+time.Duration(fault.Latency))
 	if req.PaymentMethod == declinedMethod {
 		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil
 	}
@@ -197,20 +171,7 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 
 // latency draws this request's processing time from Latency ± Jitter.
 func (s *Simulator) latency() time.Duration {
-	spread := time.Duration((2*s.random() - 1) * float64(s.cfg.Jitter))
-	return max(s.cfg.Latency+spread, 0)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	return simulator.Jittered(s.cfg.Latency, s.cfg.Jitter, s.srv.Random)
 }
 
 // response is a finished answer as the ledger keeps it, so a replay is byte-for-byte identical.
@@ -220,23 +181,12 @@ type response struct {
 }
 
 func jsonResponse(status int, v any) response {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(v); err != nil {
-		// Only our own fixed types are encoded here; failing is a programming error.
-		panic(fmt.Sprintf("paymentsim: encode %T: %v", v, err))
-	}
-	return response{status: status, body: buf.Bytes()}
+	return response{status: status, body: simulator.EncodeJSON(v)}
 }
 
 // errorResponse builds the provider's error body, {"error":{"type":…,"message":…}}.
 func errorResponse(status int, typ, message string) response {
-	type detail struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	return jsonResponse(status, struct {
-		Error detail `json:"error"`
-	}{detail{typ, message}})
+	return jsonResponse(status, simulator.ErrorBody(typ, message))
 }
 
 func writeResponse(w http.ResponseWriter, resp response, replayed bool) {
@@ -246,12 +196,4 @@ func writeResponse(w http.ResponseWriter, resp response, replayed bool) {
 	}
 	w.WriteHeader(resp.status)
 	_, _ = w.Write(resp.body) // The client may be gone; there is nobody to tell.
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	writeResponse(w, jsonResponse(status, v), false)
-}
-
-func writeError(w http.ResponseWriter, status int, typ, message string) {
-	writeResponse(w, errorResponse(status, typ, message), false)
 }

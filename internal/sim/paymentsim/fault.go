@@ -2,25 +2,21 @@ package paymentsim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"slices"
-	"sync"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
-// Fault is a kind of provider trouble. Several faults can be active at once; see merge.
+// Fault is a kind of provider trouble. Several faults can be active at once; see Merge.
 type Fault struct {
-	// Latency is added to every charge's processing time.
-	Latency Duration `json:"latency,omitzero"`
-	// ErrorRate is the share of requests, 0 to 1, answered 500 without being processed.
-	ErrorRate float64 `json:"error_rate,omitzero"`
+	// Trouble is added latency (to every charge's processing time), a share of requests
+	// answered 500 without being processed, and an outage (503 to every request, as a
+	// provider in maintenance answers).
+	simulator.Trouble
 	// Hang holds requests without an answer until the fault ends or the client gives up.
 	Hang bool `json:"hang,omitzero"`
-	// Down answers 503 to every request, as a provider in maintenance does.
-	Down bool `json:"down,omitzero"`
 	// RefuseConnections closes the connection without a response, so the client sees a
 	// connection error.
 	RefuseConnections bool `json:"refuse_connections,omitzero"`
@@ -32,12 +28,12 @@ type Fault struct {
 	Capacity int `json:"capacity,omitzero"`
 }
 
-func (f Fault) validate() error {
+// Validate reports why f cannot be scheduled, or nil.
+func (f Fault) Validate() error {
+	if err := f.Trouble.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case f.Latency < 0:
-		return errors.New("latency must not be negative")
-	case f.ErrorRate < 0 || f.ErrorRate > 1:
-		return errors.New("error_rate must be between 0 and 1")
 	case f.Capacity < 0:
 		return errors.New("capacity must not be negative")
 	case f == Fault{}:
@@ -46,14 +42,12 @@ func (f Fault) validate() error {
 	return nil
 }
 
-// merge combines two overlapping faults: latencies add up, the higher error rate and the
+// Merge combines two overlapping faults: latencies add up, the higher error rate and the
 // smaller capacity win, and any switched-on mode stays on.
-func (f Fault) merge(g Fault) Fault {
+func (f Fault) Merge(g Fault) Fault {
 	return Fault{
-		Latency:           f.Latency + g.Latency,
-		ErrorRate:         max(f.ErrorRate, g.ErrorRate),
+		Trouble:           f.Trouble.Merge(g.Trouble),
 		Hang:              f.Hang || g.Hang,
-		Down:              f.Down || g.Down,
 		RefuseConnections: f.RefuseConnections || g.RefuseConnections,
 		ResetAfterCharge:  f.ResetAfterCharge || g.ResetAfterCharge,
 		Capacity:          minCapacity(f.Capacity, g.Capacity),
@@ -68,85 +62,15 @@ func minCapacity(a, b int) int {
 	return min(a, b)
 }
 
-// Duration is a time.Duration written in JSON as a Go duration string such as "500ms".
-type Duration time.Duration
-
-// MarshalJSON implements json.Marshaler.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
+// faultRequest is the body of POST /admin/faults: a fault, optionally delayed by start_in and
+// limited to duration (zero means until cleared).
+type faultRequest struct {
+	Fault
+	simulator.Timing
 }
 
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string such as \"500ms\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// Window is a fault active from Start until End; a zero End means until cleared.
-type Window struct {
-	ID    int       `json:"id"`
-	Fault Fault     `json:"fault"`
-	Start time.Time `json:"starts_at"`
-	End   time.Time `json:"ends_at,omitzero"`
-}
-
-func (w Window) activeAt(t time.Time) bool {
-	return !t.Before(w.Start) && (w.End.IsZero() || t.Before(w.End))
-}
-
-func (w Window) endedBy(t time.Time) bool {
-	return !w.End.IsZero() && !t.Before(w.End)
-}
-
-// schedule holds the faults set now or scheduled for later. Windows are kept as absolute
-// times, so an experiment can script an outage ("slow from t+0.5s for 3s") in one call.
-type schedule struct {
-	mu      sync.Mutex
-	nextID  int
-	windows []Window
-}
-
-func (s *schedule) add(f Fault, start, end time.Time) Window {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nextID++
-	w := Window{ID: s.nextID, Fault: f, Start: start, End: end}
-	s.windows = append(s.windows, w)
-	return w
-}
-
-// active returns the merge of every fault active at now, dropping windows that have ended.
-func (s *schedule) active(now time.Time) Fault {
-	var f Fault
-	for _, w := range s.list(now) {
-		if w.activeAt(now) {
-			f = f.merge(w.Fault)
-		}
-	}
-	return f
-}
-
-// list returns the windows that are active or still to come.
-func (s *schedule) list(now time.Time) []Window {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.windows = slices.DeleteFunc(s.windows, func(w Window) bool { return w.endedBy(now) })
-	return slices.Clone(s.windows)
-}
-
-func (s *schedule) clear() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.windows = nil
-}
+// Parts implements simulator.FaultRequest.
+func (req faultRequest) Parts() (Fault, simulator.Timing) { return req.Fault, req.Timing }
 
 // hangRecheck is how often a hung request looks whether its fault has ended, so clearing a
 // hang, or reaching the end of a scheduled one, releases waiting requests promptly.
@@ -160,15 +84,15 @@ func (s *Simulator) injectFault(w http.ResponseWriter, r *http.Request, f Fault)
 		return outcomeRefused, true
 	}
 	if f.Down {
-		writeError(w, http.StatusServiceUnavailable, "api_error", "the provider is down")
-		return outcomeDown, true
+		simulator.WriteError(w, http.StatusServiceUnavailable, "api_error", "the provider is down")
+		return simulator.OutcomeDown, true
 	}
 	if f.Hang && !s.waitOutHang(r.Context()) {
-		return outcomeAbandoned, true
+		return simulator.OutcomeAbandoned, true
 	}
-	if f.ErrorRate > 0 && s.random() < f.ErrorRate {
-		writeError(w, http.StatusInternalServerError, "api_error", "injected server error")
-		return outcomeError, true
+	if f.ErrorRate > 0 && s.srv.Random() < f.ErrorRate {
+		simulator.WriteError(w, http.StatusInternalServerError, "api_error", "injected server error")
+		return simulator.OutcomeError, true
 	}
 	return "", false
 }
@@ -178,7 +102,7 @@ func (s *Simulator) injectFault(w http.ResponseWriter, r *http.Request, f Fault)
 func (s *Simulator) waitOutHang(ctx context.Context) bool {
 	tick := time.NewTicker(hangRecheck)
 	defer tick.Stop()
-	for s.faults.active(time.Now()).Hang {
+	for s.srv.ActiveFault().Hang {
 		select {
 		case <-ctx.Done():
 			return false

@@ -3,6 +3,8 @@ package paymentsim
 import (
 	"net/http"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
 // lookupResult is the body of a 200 answer to GET /v1/charges.
@@ -18,7 +20,7 @@ type lookupResult struct {
 func (s *Simulator) handleLookup() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		out := s.serveLookup(w, r, s.faults.active(start))
+		out := s.serveLookup(w, r, s.srv.Faults.Active(start))
 		s.metrics.observeLookup(out)
 	}
 }
@@ -30,20 +32,20 @@ func (s *Simulator) serveLookup(w http.ResponseWriter, r *http.Request, fault Fa
 	query := r.URL.Query()
 	refs := query["reference"]
 	if len(query) != 1 || len(refs) != 1 || !isToken(refs[0], 255) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error",
+		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error",
 			"exactly one query parameter is expected: reference, 1 to 255 visible ASCII characters")
-		return outcomeInvalid
+		return simulator.OutcomeInvalid
 	}
 	// Unlike a charge, a lookup changes nothing: there is no reason to finish one whose
 	// client has gone.
-	sleep(r.Context(), s.latency()+time.Duration(fault.Latency))
+	simulator.Sleep(r.Context(), s.latency()+time.Duration(fault.Latency))
 	if r.Context().Err() != nil {
-		return outcomeAbandoned
+		return simulator.OutcomeAbandoned
 	}
 	found := s.ledger.find(refs[0])
 	if found == nil {
 		found = []charge{} // "data": [], never null
 	}
-	writeJSON(w, http.StatusOK, lookupResult{Data: found})
+	simulator.WriteJSON(w, http.StatusOK, lookupResult{Data: found})
 	return outcomeFound
 }

@@ -2,14 +2,15 @@ package paymentsim
 
 import (
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
-// outcome labels how a charge or lookup request ended, in metrics.
-type outcome string
+// outcome labels how a charge or lookup request ended, in metrics. Besides the outcomes common
+// to both simulators (simulator.OutcomeInvalid and the others), the provider has these.
+type outcome = simulator.Outcome
 
 const (
 	outcomeSucceeded        outcome = "succeeded"
@@ -17,59 +18,44 @@ const (
 	outcomeReplayed         outcome = "replayed"
 	outcomeConflict         outcome = "conflict"
 	outcomeMismatch         outcome = "mismatch"
-	outcomeInvalid          outcome = "invalid"
-	outcomeError            outcome = "error"
-	outcomeDown             outcome = "down"
 	outcomeRefused          outcome = "refused"
-	outcomeAbandoned        outcome = "abandoned"
 	outcomeResetAfterCharge outcome = "reset_after_charge"
 	outcomeFound            outcome = "found" // a lookup answered 200, with or without charges
 )
 
-// metrics are registered on the simulator's own registry rather than the global default, so
-// several simulators (one per test) never collide.
+// metrics are the charge request metrics every simulator has, and the lookups and the
+// highest in-flight count that only the provider has.
 type metrics struct {
-	requests    *prometheus.CounterVec
+	*simulator.RequestMetrics
 	lookups     *prometheus.CounterVec
-	inFlight    prometheus.Gauge
 	maxInFlight prometheus.Gauge
-	duration    prometheus.Histogram
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paymentsim_charge_requests_total",
-			Help: "Charge requests by outcome.",
-		}, []string{"outcome"}),
+		RequestMetrics: simulator.NewRequestMetrics(reg,
+			prometheus.CounterOpts{Name: "paymentsim_charge_requests_total", Help: "Charge requests by outcome."},
+			prometheus.GaugeOpts{
+				Name: "paymentsim_charge_requests_in_flight",
+				Help: "Charge requests being processed, including those whose client has gone.",
+			},
+			prometheus.HistogramOpts{
+				Name: "paymentsim_charge_duration_seconds",
+				Help: "Time spent on a charge request, whatever its outcome.",
+				// From 5 ms to ~20 s: covers the 200 ms normal latency and the experiment's 10 s slow phase.
+				Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
+			}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paymentsim_lookup_requests_total",
 			Help: "Charge lookups by reference (GET /v1/charges), by outcome.",
 		}, []string{"outcome"}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paymentsim_charge_requests_in_flight",
-			Help: "Charge requests being processed, including those whose client has gone.",
-		}),
 		maxInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paymentsim_charge_requests_in_flight_max",
 			Help: "Most charge requests processed at once since start or the last reset.",
 		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "paymentsim_charge_duration_seconds",
-			Help: "Time spent on a charge request, whatever its outcome.",
-			// From 5 ms to ~20 s: covers the 200 ms normal latency and the experiment's 10 s slow phase.
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
-		}),
 	}
-	reg.MustRegister(m.requests, m.lookups, m.inFlight, m.maxInFlight, m.duration,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(m.lookups, m.maxInFlight)
 	return m
-}
-
-func (m *metrics) observe(o outcome, d time.Duration) {
-	m.requests.WithLabelValues(string(o)).Inc()
-	m.duration.Observe(d.Seconds())
 }
 
 func (m *metrics) observeLookup(o outcome) {
@@ -123,7 +109,7 @@ func (f *inflight) remove() {
 }
 
 func (f *inflight) publish() {
-	f.metrics.inFlight.Set(float64(f.n))
+	f.metrics.InFlight.Set(float64(f.n))
 	f.metrics.maxInFlight.Set(float64(f.max))
 }
 

@@ -14,14 +14,14 @@
 package paymentsim
 
 import (
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
 // Defaults for Config. The latency is the "provider answers in ~200 ms" figure of the article
@@ -70,16 +70,12 @@ type Config struct {
 // /metrics and the admin API under /admin/.
 type Simulator struct {
 	cfg      Config
-	logger   *slog.Logger
-	random   func() float64
+	srv      *simulator.Server[Fault]
 	ledger   *ledger
-	faults   *schedule
 	inflight *inflight
 	// processing counts the charges in the capacity model's workers (see scaledLatency).
 	processing atomic.Int64
 	metrics    *metrics
-	registry   *prometheus.Registry
-	mux        *http.ServeMux
 }
 
 // New returns a Simulator with an empty ledger and no faults.
@@ -92,22 +88,15 @@ func New(cfg Config) *Simulator {
 	}
 	cfg.ChargeCap = max(cfg.ChargeCap, cfg.LedgerCap)
 	s := &Simulator{
-		cfg:      cfg,
-		logger:   cfg.Logger,
-		random:   cfg.Random,
-		ledger:   newLedger(cfg.LedgerCap, cfg.ChargeCap),
-		faults:   &schedule{},
-		registry: prometheus.NewRegistry(),
-		mux:      http.NewServeMux(),
+		cfg: cfg,
+		srv: simulator.NewServer[Fault](simulator.Options{
+			Name: "paymentsim", AdminToken: cfg.AdminToken, MaxAdminBody: maxBodyBytes,
+			Logger: cfg.Logger, Random: cfg.Random,
+		}),
+		ledger: newLedger(cfg.LedgerCap, cfg.ChargeCap),
 	}
-	if s.logger == nil {
-		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if s.random == nil {
-		s.random = rand.Float64
-	}
-	s.metrics = newMetrics(s.registry)
-	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	s.metrics = newMetrics(s.srv.Registry)
+	s.srv.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "paymentsim_duplicate_references",
 		Help: "References (order ids) charged successfully more than once since start or the last reset; must stay 0.",
 	}, func() float64 { return float64(s.ledger.duplicateReferences()) }))
@@ -118,7 +107,7 @@ func New(cfg Config) *Simulator {
 
 // ServeHTTP implements http.Handler.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, r)
+	s.srv.ServeHTTP(w, r)
 }
 
 // Idle returns a channel that is closed once no charge request is being processed. Requests

@@ -1,29 +1,16 @@
 package paymentsim
 
-import (
-	"net/http"
+import "github.com/resilientcheckout/checkout/internal/sim/simulator"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-)
-
-// routes lists every endpoint in one place. The admin API lives under its own prefix so it can
-// be guarded (and firewalled) separately from the public protocol path.
+// routes lists every endpoint in one place: the provider protocol here,
+// /health, /metrics and the admin API (faults, stats, reset) in
+// simulator.Routes.
 func (s *Simulator) routes() {
-	s.mux.Handle("POST /v1/charges", s.handleCharge())
-	s.mux.Handle("GET /v1/charges", s.handleLookup())
-	s.mux.Handle("GET /health", handleHealth())
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-
-	admin := requireToken(s.cfg.AdminToken)
-	s.mux.Handle("GET /admin/faults", admin(s.handleListFaults()))
-	s.mux.Handle("POST /admin/faults", admin(s.handleAddFault()))
-	s.mux.Handle("DELETE /admin/faults", admin(s.handleClearFaults()))
-	s.mux.Handle("GET /admin/stats", admin(s.handleStats()))
-	s.mux.Handle("POST /admin/reset", admin(s.handleReset()))
-}
-
-func handleHealth() http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}
+	s.srv.Handle("POST /v1/charges", s.handleCharge())
+	s.srv.Handle("GET /v1/charges", s.handleLookup())
+	simulator.Routes[faultRequest](s.srv, simulator.Admin{
+		Stats:    func() any { return s.Stats() },
+		Reset:    s.Reset,
+		ResetLog: "ledger and stats reset",
+	})
 }
