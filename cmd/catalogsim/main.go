@@ -4,8 +4,6 @@
 package main
 
 import (
-	"context"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -17,18 +15,7 @@ var command = simulator.Command[config]{Name: "catalogsim", LoadConfig: loadConf
 
 func main() { command.Main() }
 
-// run is main with its dependencies passed in, so tests start the real
-// wiring in-process on port :0.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return command.Run(ctx, args, getenv, stdout, stderr)
-}
-
 func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
-	sim := catalogsim.New(catalogsim.Config{
-		Latency:    cfg.Latency,
-		Jitter:     cfg.Jitter,
-		AdminToken: cfg.AdminToken,
-		Logger:     logger,
-	})
+	sim := catalogsim.New(catalogsim.Config{Latency: cfg.Latency, Jitter: cfg.Jitter, AdminToken: cfg.AdminToken, Logger: logger})
 	return sim, []any{"skus", len(catalogsim.Seed())}
 }

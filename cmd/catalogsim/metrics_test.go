@@ -12,7 +12,7 @@ import (
 // metric deploy/'s dashboard reads from it.
 func TestExportsDashboardMetrics(t *testing.T) {
 	t.Parallel()
-	p := process.Start(t, run, []string{"catalogsim"}, map[string]string{
+	p := process.Start(t, command.Run, []string{"catalogsim"}, map[string]string{
 		"HTTP_ADDR":          "127.0.0.1:0",
 		"CATALOGSIM_LATENCY": "0s",
 	})

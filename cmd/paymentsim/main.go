@@ -4,8 +4,6 @@
 package main
 
 import (
-	"context"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -16,12 +14,6 @@ import (
 var command = simulator.Command[config]{Name: "paymentsim", LoadConfig: loadConfig, New: newSimulator}
 
 func main() { command.Main() }
-
-// run is main with its dependencies passed in, so tests start the real wiring in-process on
-// port :0.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return command.Run(ctx, args, getenv, stdout, stderr)
-}
 
 func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
 	sim := paymentsim.New(paymentsim.Config{

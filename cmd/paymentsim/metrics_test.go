@@ -13,7 +13,7 @@ import (
 // metric deploy/'s dashboard and alert rules read from it.
 func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	t.Parallel()
-	p := process.Start(t, run, []string{"paymentsim"}, map[string]string{
+	p := process.Start(t, command.Run, []string{"paymentsim"}, map[string]string{
 		"HTTP_ADDR":          "127.0.0.1:0",
 		"PAYMENTSIM_LATENCY": "0s",
 	})
