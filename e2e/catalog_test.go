@@ -83,7 +83,7 @@ func catalogFault(t *testing.T, catalogURL, fault string) {
 	}
 }
 
-// TestCatalogOutageServesStalePrices is issue 19's done-when on the real
+// TestCatalogOutageServesStalePrices holds the catalog outage on the real
 // binaries: with the catalog down for 10 s after a warm-up, every order at
 // 20 req/s is accepted from the stale cache and says so; with a cold cache
 // the answer is 503 + Retry-After, never a 500; and no order is stored at

@@ -56,7 +56,7 @@ var soakWorkerEnv = map[string]string{
 	"RESCUE_STUCK_JOBS_AFTER": "31s",
 }
 
-// TestChaos is the randomized soak of issue 17 (`make chaos`): the real
+// TestChaos is the randomized soak (`make chaos`): the real
 // binaries — paymentsim, checkout and two workers — on a PostgreSQL cluster
 // of the test's own, checkout and the workers reaching it through a TCP
 // proxy the soak can cut. Open-loop orders (new, declined, replayed, a key

@@ -30,7 +30,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
-// TestFleetBreaker is issue 14 on the real binaries: three checkout
+// TestFleetBreaker runs the fleet breaker on the real binaries: three checkout
 // processes and two workers on one PostgreSQL, each process reaching the
 // provider through a proxy of its own so the test knows who called.
 //

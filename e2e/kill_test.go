@@ -79,8 +79,9 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 	process.StartBinary(t, binary("worker"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
 	})
-	// A dead request's job is due after its lock expires (~5.5 s); River's
-	// scheduler promotes due jobs every 5 s.
+	// The killed checkout wrote no job for the charge it interrupted: the
+	// worker's sweep makes one for an order still pending after SWEEP_AFTER
+	// (10 s by default), and the worker then charges it.
 	waitAllTerminal(t, db, 45*time.Second)
 
 	for id := range acked {

@@ -111,7 +111,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Credential: "RIVERUI_USER and RIVERUI_PASSWORD", Protected: cfg.RiverUIUser != "",
 		OptOut: "ALLOW_UNAUTHENTICATED_RIVERUI", Allowed: env.OneOf("ALLOW_UNAUTHENTICATED_RIVERUI", "false", "true", "false") == "true",
 	}
-	// River retries failed jobs on its own schedule (order.ChargeWorker's
+	// River retries failed jobs on its own schedule (worker.ChargeWorker's
 	// NextRetry); retrying inside a job as well would multiply attempts.
 	cfg.Resilience.MaxAttempts = 1
 	if err := env.Err(); err != nil {

@@ -41,8 +41,10 @@ const Dependency = "payment"
 
 // Defaults for Config, chosen for a provider on the same network answering in ~200 ms.
 const (
-	// DefaultMaxConns matches the default payment bulkhead (4 concurrent calls), so the
-	// transport never holds more connections than calls the bulkhead lets through.
+	// DefaultMaxConns caps a Client built without a MaxConns of its own at the static
+	// bulkhead's default 4 slots. NewProtectedClient does not use it: it caps connections at
+	// the policy's MaxConcurrency, by default the adaptive limit's maximum of 20, so the
+	// provider may see up to 20 calls at once from each checkout or worker process.
 	DefaultMaxConns              = 4
 	DefaultDialTimeout           = time.Second
 	DefaultTLSHandshakeTimeout   = 2 * time.Second

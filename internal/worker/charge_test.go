@@ -339,10 +339,11 @@ func TestWorkerFailsOrderOnlyWhenTheProviderHoldsNoCharge(t *testing.T) {
 	}
 }
 
-// TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged is issue 17's
-// first defect: the API's own attempt charged but lost the answer, and every
-// later attempt failed "certainly" (a dial error). The old give-up rule
-// looked at the last attempt only and failed a charged order.
+// TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged: the API's own
+// attempt charged but lost the answer, and every later attempt failed with
+// a dial error, which looks certain. A give-up rule that looked at the last
+// attempt only would fail a charged order; the worker settles it from the
+// lookup.
 func TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t)
@@ -371,8 +372,7 @@ func TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged(t *testing.T) {
 	}
 }
 
-// TestWorkerNeverChargesUnderAForgottenKey is issue 17's third defect: the
-// provider forgot the order's key (a ledger of 3 keys), so a retry would be
+// TestWorkerNeverChargesUnderAForgottenKey: the provider forgot the order's key (a ledger of 3 keys), so a retry would be
 // a second charge. Past the key retention the worker looks up instead.
 func TestWorkerNeverChargesUnderAForgottenKey(t *testing.T) {
 	t.Parallel()
@@ -456,8 +456,7 @@ func TestWorkerDatabaseFailureAfterGivingUpKeepsTheJob(t *testing.T) {
 	}
 }
 
-// TestChargeJobsOutliveRiversRescuer is issue 17's sixth defect: River's
-// rescuer discards a job whose worker died during attempt max_attempts.
+// TestChargeJobsOutliveRiversRescuer: River's rescuer discards a job whose worker died during attempt max_attempts.
 // The worker gives up by its own count, far below River's limit, so a
 // rescued job is always retried.
 func TestChargeJobsOutliveRiversRescuer(t *testing.T) {

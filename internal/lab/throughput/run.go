@@ -67,7 +67,7 @@ type Config struct {
 	Progress io.Writer
 }
 
-// DefaultConfig is the measurement issue 20 describes: wrk -t2 -c32, 10 s
+// DefaultConfig is the throughput measurement: wrk -t2 -c32, 10 s
 // after a 2 s warm-up, three interleaved pairs.
 func DefaultConfig() Config {
 	return Config{

@@ -43,14 +43,14 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("dashboard uid %q, title %q: want both", d.UID, d.Title)
 	}
 	exprs := d.Exprs()
-	// The panels issue 8 asks for, by the metric each must query.
+	// The panels the dashboard must have, by the metric each must query.
 	for _, want := range []string{
 		"resilience_breaker_state", "resilience_calls_total", "resilience_bulkhead_in_use",
 		"resilience_bulkhead_rejected_total", "http_pool_in_use", "http_pool_rejected_total",
 		"http_request_duration_seconds_bucket", "http_request_duration_seconds_count",
 		"checkout_unsettled_orders", "checkout_unsettled_order_oldest_age_seconds",
 		"paymentsim_charge_requests_in_flight", "checkout_charge_jobs_total",
-		// Issue 19's catalog panels: cache results, stale age, the simulator's latency.
+		// The catalog panels: cache results, stale age, the simulator's latency.
 		"catalog_cache_lookups_total", "catalog_cache_stale_age_seconds_bucket", "catalog_cache_entries",
 		"catalogsim_price_duration_seconds_bucket",
 	} {
@@ -126,7 +126,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	// The alerts issue 8 asks for, by the metric each must watch.
+	// The alerts the rules must have, by the metric each must watch.
 	for alert, metric := range map[string]string{
 		"PaymentBreakerOpen":               "resilience_breaker_state",
 		"PendingPaymentBacklogTooOld":      "checkout_unsettled_order_oldest_age_seconds",
