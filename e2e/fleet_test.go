@@ -34,7 +34,7 @@ import (
 // processes and two workers on one PostgreSQL, each process reaching the
 // provider through a proxy of its own so the test knows who called.
 //
-// First the seed outage (DESIGN.md "Experiment", 30 req/s round-robin):
+// First the seed outage (docs/design.md, "Experiment"; 30 req/s round-robin):
 // every order is answered 201 or 202 and paid exactly once after the
 // drain, /health never fails on any replica, and the fleet's shared state
 // reached every process — each one exported and logged the imposed open

@@ -1,6 +1,6 @@
 // Package e2e tests the real binaries as separate processes — checkout,
 // worker and paymentsim talking HTTP to each other and to a real
-// PostgreSQL — against the invariants in DESIGN.md. It has only tests.
+// PostgreSQL — against docs/design.md, "Invariants". It has only tests.
 package e2e
 
 import (

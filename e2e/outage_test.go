@@ -29,7 +29,7 @@ func startStack(t *testing.T, mode string) stack {
 	return s
 }
 
-// outage runs DESIGN.md's experiment, shortened: 20 req/s for 4 s, the
+// outage runs the experiment (docs/design.md, "Experiment"), shortened: 20 req/s for 4 s, the
 // provider 10 s slower from 0.5 s to 2.5 s. The figures are the
 // experiment's business (make experiment); these tests hold the invariants.
 func outage(t *testing.T, s stack, rate float64) experiment.Report {

@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 }
 
 // newPools returns the API pool and the pool /health is served from: its own
-// in protected mode, the API's otherwise (DESIGN.md's modes).
+// in protected mode, the API's otherwise (the modes of docs/design.md, "Protection stack").
 func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.Handler) http.Handler, err error) {
 	business, err := resilience.NewPool("api", cfg.APIPool, m, api.PoolFull)
 	if err != nil {

@@ -34,7 +34,7 @@ type config struct {
 	RiverUIPassword string
 }
 
-// workerResilienceDefaults adjusts DESIGN.md's defaults for a background
+// workerResilienceDefaults adjusts the defaults (docs/design.md, "Defaults") for a background
 // worker. It is always protected: RESILIENCE_MODE is the API's experiment
 // switch, and a worker without a breaker would stampede a recovering
 // provider with its whole backlog. No customer waits on a background

@@ -17,7 +17,7 @@ import (
 // TestWorkerSurvivesDatabaseOutage cuts the worker off from Postgres while
 // it has a backlog, then restores the connection: without a restart the
 // worker must report not-ready during the outage (but stay live) and drain
-// the backlog afterwards (DESIGN.md: back within 20 s).
+// the backlog afterwards (docs/design.md, "Invariants": back within 20 s).
 func TestWorkerSurvivesDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)

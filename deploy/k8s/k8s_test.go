@@ -95,7 +95,7 @@ var commandSources = map[string][]string{
 var secretOnly = []string{"DATABASE_URL", "RIVERUI_USER", "RIVERUI_PASSWORD", "PAYMENTSIM_ADMIN_TOKEN"}
 
 // credentials are the variables without which a binary exposes something
-// that moves money or jobs (DESIGN.md invariant 9); in a cluster, where the
+// that moves money or jobs (docs/design.md, "Invariants"); in a cluster, where the
 // port is reachable from other pods (and from every pod where the network
 // plugin ignores NetworkPolicy), they must be set.
 var credentials = map[string][]string{

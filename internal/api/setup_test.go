@@ -299,7 +299,7 @@ func (b *bundle) chargeJobs(t testing.TB, orderID string) []chargeJob {
 	return jobs
 }
 
-// orderJSON is the order resource as DESIGN.md fixes it.
+// orderJSON is the order resource as docs/design.md, "Checkout API" fixes it.
 type orderJSON struct {
 	ID         string `json:"id"`
 	Status     string `json:"status"`

@@ -8,7 +8,7 @@ import (
 
 // Resilience reads the payment protection stack's settings over the
 // defaults d. checkout and the worker read the same names, each for its own
-// policy; each binary picks its defaults (DESIGN.md's table, via
+// policy; each binary picks its defaults (docs/design.md, "Defaults", via
 // resilience.DefaultConfig, with the worker's adjustments).
 func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	return resilience.Config{

@@ -36,7 +36,7 @@ func (h heldCharge) Charge(ctx context.Context, req order.ChargeRequest) (order.
 // the order's creation, the worker's guard before trusting a lookup's "no
 // charge" — LookupAfter past last_attempt_at — lets the lookup through
 // while the API's charge is in flight, and the order is failed while the
-// charge lands after (DESIGN.md invariant 7).
+// charge lands after (docs/design.md, "Invariants").
 func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupService(t, order.DefaultConfig())

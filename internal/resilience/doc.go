@@ -3,7 +3,7 @@
 //
 // A request that needs a dependency (the payment provider, say) goes through
 // a [Policy] named after that dependency. [Do] runs the call through the
-// layers DESIGN.md fixes, outermost first:
+// layers docs/design.md, "Protection stack" fixes, outermost first:
 //
 //	retry → circuit breaker → concurrency limit → per-attempt timeout → call
 //

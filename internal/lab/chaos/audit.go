@@ -60,7 +60,7 @@ func (r *Report) violate(format string, args ...any) {
 	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 }
 
-// Audit checks DESIGN.md's invariants on a soak's evidence, once every
+// Audit checks the invariants (docs/design.md, "Invariants") on a soak's evidence, once every
 // fault is healed and the orders had their time to settle:
 //
 //   - every order the API acknowledged (201/202/402) is in Postgres, in the
@@ -70,7 +70,7 @@ func (r *Report) violate(format string, args ...any) {
 //   - one Idempotency-Key ⇒ one order (4);
 //   - payment_failed ⇒ no charge at the provider (7);
 //   - a replay repeats the first answer byte for byte with
-//     Idempotent-Replayed: true — across a Postgres crash, DESIGN.md allows
+//     Idempotent-Replayed: true — across a Postgres crash, docs/design.md, "After a crash" allows
 //     a recomputed answer with the same status and order (see auditReplay);
 //     a key reused with another body is a 422.
 func Audit(ev Evidence) Report {

@@ -138,7 +138,7 @@ func TestAuditFindsEachViolation(t *testing.T) {
 	}
 }
 
-// TestAuditAllowsARecomputedReplayAcrossACrash: DESIGN.md lets a replay
+// TestAuditAllowsARecomputedReplayAcrossACrash: docs/design.md, "After a crash" lets a replay
 // after a Postgres crash be recomputed, with the same status and order.
 func TestAuditAllowsARecomputedReplayAcrossACrash(t *testing.T) {
 	t.Parallel()

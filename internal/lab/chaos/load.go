@@ -44,7 +44,7 @@ type Exchange struct {
 }
 
 // Acknowledged reports whether the answer promised the order exists:
-// DESIGN.md's 201, 202 and 402.
+// the 201, 202 and 402 of docs/design.md, "Checkout API".
 func (x Exchange) Acknowledged() bool {
 	switch x.Status {
 	case http.StatusCreated, http.StatusAccepted, http.StatusPaymentRequired:

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Audit checks DESIGN.md's invariants for a run's orders once the worker had time to settle
+// Audit checks the invariants (docs/design.md, "Invariants") for a run's orders once the worker had time to settle
 // them: every acknowledged order is stored, every order ends terminal, none is charged twice.
 type Audit struct {
 	Acknowledged int `json:"acknowledged"` // distinct orders answered 201, 202 or 402

@@ -1,5 +1,5 @@
 // Package experiment reproduces the article's outage measurement against a running stack
-// (DESIGN.md, "Experiment"). It drives checkout with an open-loop load while probing /health,
+// (docs/design.md, "Experiment"). It drives checkout with an open-loop load while probing /health,
 // scripts a fault through a simulator's admin API — the payment provider's (paymentsim) or the
 // product catalog's (catalogsim) — follows the faulted dependency's breaker and concurrency
 // limit through checkout's /metrics, then waits for the worker to drain the deferred orders and
@@ -46,7 +46,7 @@ const (
 	TargetCatalog Target = "catalog" // the product catalog, through catalogsim's admin API
 )
 
-// Config describes one run. DefaultConfig returns DESIGN.md's scenario; the URLs must be set.
+// Config describes one run. DefaultConfig returns the outage scenario; the URLs must be set.
 type Config struct {
 	// CheckoutURL is checkout's API base URL, e.g. http://localhost:8080, or several
 	// separated by commas (a fleet run): orders and /health probes then go to them in
@@ -93,7 +93,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the article's scenario (DESIGN.md): 6 s at 20 req/s with a 3 s client
+// DefaultConfig returns the article's scenario (docs/design.md, "Experiment"): 6 s at 20 req/s with a 3 s client
 // timeout, /health every 250 ms with a 2 s timeout, the provider 10 s slow from 0.5 s to 3.5 s.
 func DefaultConfig() Config {
 	return Config{
@@ -112,7 +112,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// RampConfig returns DESIGN.md's ramp: the provider healthy throughout, checkout from 10 to
+// RampConfig returns the ramp of docs/design.md, "Experiment": the provider healthy throughout, checkout from 10 to
 // 80 req/s over 20 s, so the concurrency limit has to track rate × latency from 2 calls in
 // flight to 16. The rest is DefaultConfig's.
 func RampConfig() Config {

@@ -46,7 +46,7 @@ func TestRampSchedule(t *testing.T) {
 		d      time.Duration
 		wantN  int // the ramp's integral: (r0 + r1) / 2 × d
 	}{
-		{"DESIGN.md's ramp, 10 → 80 req/s over 20 s", 10, 80, 20 * time.Second, 900},
+		{"the experiment's ramp, 10 → 80 req/s over 20 s", 10, 80, 20 * time.Second, 900},
 		{"flat", 20, 20, 6 * time.Second, 120},
 		{"down to 0", 40, 0, 2 * time.Second, 40},
 	}
