@@ -23,7 +23,11 @@ func HealthAndShutdown(t *testing.T, run process.RunFunc, name string, env map[s
 	t.Helper()
 	p := process.Start(t, run, []string{name}, env)
 
-	resp, err := http.Get(p.URL + "/health")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL+"/health", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET /health: %v", err)
 	}
