@@ -63,7 +63,7 @@ func checkComposeFile(t *testing.T, path string) []error {
 }
 
 // credentials are the settings that guard what can move money or jobs
-// (DESIGN.md invariant 9): each service gets a demo value that the shell's
+// (docs/design.md, "Invariants"): each service gets a demo value that the shell's
 // variable of the same purpose overrides.
 var credentials = []struct {
 	service, variable, shellVar string
@@ -350,7 +350,7 @@ func checkCompose(p *types.Project) []error {
 		fail("postgres", "data is not on a named volume")
 	}
 
-	// DESIGN.md invariant 9: what can move money or jobs needs a credential
+	// docs/design.md, "Invariants": what can move money or jobs needs a credential
 	// and, in the demo, listens on the loopback interface only.
 	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
 		for _, pc := range p.Services[name].Ports {
@@ -426,7 +426,7 @@ func checkCompose(p *types.Project) []error {
 			fail(name, "PAYMENT_URL %q does not point at the paymentsim service", *u)
 		}
 	}
-	// The demo runs with the price check on (DESIGN.md, "Catalog").
+	// The demo runs with the price check on (docs/design.md, "Catalog protocol").
 	if u := service("checkout").Environment["CATALOG_URL"]; u == nil || *u != "http://catalogsim:"+appServices["catalogsim"].port {
 		fail("checkout", "CATALOG_URL does not point at the catalogsim service")
 	}

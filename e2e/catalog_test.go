@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // catalogRun is what the real binaries answered while orders arrived at a
@@ -83,7 +83,7 @@ func catalogFault(t *testing.T, catalogURL, fault string) {
 	}
 }
 
-// TestCatalogOutageServesStalePrices is issue 19's done-when on the real
+// TestCatalogOutageServesStalePrices holds the catalog outage on the real
 // binaries: with the catalog down for 10 s after a warm-up, every order at
 // 20 req/s is accepted from the stale cache and says so; with a cold cache
 // the answer is 503 + Retry-After, never a 500; and no order is stored at
@@ -91,9 +91,9 @@ func catalogFault(t *testing.T, catalogURL, fault string) {
 func TestCatalogOutageServesStalePrices(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
-	sim := proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "20ms"})
-	cat := proctest.StartBinary(t, binary("catalogsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
-	checkout := proctest.StartBinary(t, binary("checkout"), nil, map[string]string{
+	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "20ms"})
+	cat := process.StartBinary(t, binary("catalogsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
+	checkout := process.StartBinary(t, binary("checkout"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
 		"CATALOG_URL": cat.URL, "CATALOG_TTL": "2s",
 	})

@@ -20,9 +20,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/resilientcheckout/checkout/internal/chaos"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/chaos"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // The soak's flags: `make chaos` runs it for 5 minutes; `make test` runs the
@@ -56,7 +56,7 @@ var soakWorkerEnv = map[string]string{
 	"RESCUE_STUCK_JOBS_AFTER": "31s",
 }
 
-// TestChaos is the randomized soak of issue 17 (`make chaos`): the real
+// TestChaos is the randomized soak (`make chaos`): the real
 // binaries — paymentsim, checkout and two workers — on a PostgreSQL cluster
 // of the test's own, checkout and the workers reaching it through a TCP
 // proxy the soak can cut. Open-loop orders (new, declined, replayed, a key
@@ -118,11 +118,11 @@ type soak struct {
 	db    *pgxpool.Pool // direct, for the drain and the audit
 	proxy *dbtest.Proxy
 
-	sim      *proctest.Process
+	sim      *process.Process
 	provider *chaos.Provider
 	env      map[string]string // checkout's; the workers' adds soakWorkerEnv
-	checkout atomic.Pointer[proctest.Process]
-	workers  []*proctest.Process
+	checkout atomic.Pointer[process.Process]
+	workers  []*process.Process
 	stopping map[int]chan error // workers sent SIGTERM, until they are restarted
 	crashes  atomic.Int32
 	jobs     map[string]int // checkout_charge_jobs_total by outcome, over every worker process
@@ -145,7 +145,7 @@ func startSoak(t *testing.T) *soak {
 	}
 	t.Cleanup(s.db.Close)
 	s.proxy = dbtest.NewProxy(t, s.pg.URL())
-	s.sim = proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
+	s.sim = process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	s.provider = chaos.NewProvider(s.sim.URL)
 	s.env = map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": s.proxy.URL(), "PAYMENT_URL": s.sim.URL}
 	s.startCheckout()
@@ -157,15 +157,15 @@ func startSoak(t *testing.T) *soak {
 }
 
 func (s *soak) startCheckout() {
-	s.checkout.Store(proctest.StartBinary(s.t, binary("checkout"), nil, s.env))
+	s.checkout.Store(process.StartBinary(s.t, binary("checkout"), nil, s.env))
 }
 
 func (s *soak) checkoutURL() string { return s.checkout.Load().URL }
 
-func (s *soak) startWorker() *proctest.Process {
+func (s *soak) startWorker() *process.Process {
 	env := maps.Clone(s.env)
 	maps.Copy(env, soakWorkerEnv)
-	return proctest.StartBinary(s.t, binary("worker"), nil, env)
+	return process.StartBinary(s.t, binary("worker"), nil, env)
 }
 
 func (s *soak) logf(format string, args ...any) {
@@ -263,7 +263,7 @@ func (s *soak) healAll() {
 		s.t.Fatal(err)
 	}
 	s.proxy.Restore()
-	procs := map[string]*proctest.Process{"paymentsim": s.sim, "checkout": s.checkout.Load()}
+	procs := map[string]*process.Process{"paymentsim": s.sim, "checkout": s.checkout.Load()}
 	for i, w := range s.workers {
 		procs[fmt.Sprintf("worker %d", i)] = w
 	}
@@ -451,7 +451,7 @@ func (s *soak) checkLookupAfter(st chaos.Stats, r *chaos.Report) {
 // countJobs adds a worker's checkout_charge_jobs_total to s.jobs: called
 // before the soak kills or stops a worker and for the live ones at the end,
 // so the counts cover every worker process.
-func (s *soak) countJobs(w *proctest.Process) {
+func (s *soak) countJobs(w *process.Process) {
 	resp, err := http.Get(w.URL + "/metrics")
 	if err != nil {
 		s.logf("worker metrics: %v", err)

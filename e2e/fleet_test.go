@@ -26,15 +26,15 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/experiment"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/experiment"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
-// TestFleetBreaker is issue 14 on the real binaries: three checkout
+// TestFleetBreaker runs the fleet breaker on the real binaries: three checkout
 // processes and two workers on one PostgreSQL, each process reaching the
 // provider through a proxy of its own so the test knows who called.
 //
-// First the seed outage (DESIGN.md "Experiment", 30 req/s round-robin):
+// First the seed outage (docs/design.md, "Experiment"; 30 req/s round-robin):
 // every order is answered 201 or 202 and paid exactly once after the
 // drain, /health never fails on any replica, and the fleet's shared state
 // reached every process — each one exported and logged the imposed open
@@ -59,7 +59,7 @@ func TestFleetBreaker(t *testing.T) {
 type fleet struct {
 	dbURL     string
 	db        *pgxpool.Pool
-	sim       *proctest.Process
+	sim       *process.Process
 	checkouts []*member
 	members   []*member // the checkouts, then the workers
 }
@@ -67,7 +67,7 @@ type fleet struct {
 // member is one checkout or worker process and its way to the provider.
 type member struct {
 	name   string
-	proc   *proctest.Process
+	proc   *process.Process
 	edge   *edge
 	policy string // its payment policy's name in metrics and logs
 }
@@ -81,14 +81,14 @@ func startFleet(t *testing.T, fleetBreaker string) *fleet {
 	}
 	t.Cleanup(db.Close)
 	f.db = db
-	f.sim = proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
+	f.sim = process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	for _, m := range []struct {
 		binary, policy string
 		n              int
 	}{{"checkout", "payment", 3}, {"worker", "payment-worker", 2}} {
 		for i := range m.n {
 			e := newEdge(t, f.sim.URL)
-			p := proctest.StartBinary(t, binary(m.binary), nil, map[string]string{
+			p := process.StartBinary(t, binary(m.binary), nil, map[string]string{
 				"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": f.dbURL, "PAYMENT_URL": e.URL,
 				"FLEET_BREAKER": fleetBreaker,
 			})

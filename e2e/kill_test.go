@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 const orderBody = `{"customer_id":"cus_e2e","currency":"USD","payment_method":"pm_card_visa",` +
@@ -31,11 +31,11 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 	dbURL := dbtest.URL(t)
 	// 300 ms per charge keeps several requests inside the provider call at
 	// any moment, below the 400 ms slow-call threshold.
-	sim := proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{
+	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "300ms",
 	})
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL}
-	checkout := proctest.StartBinary(t, binary("checkout"), nil, env)
+	checkout := process.StartBinary(t, binary("checkout"), nil, env)
 
 	acked := make(chan string, 100)
 	var wg sync.WaitGroup
@@ -76,11 +76,12 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 		t.Error("the kill left no pending order: it did not interrupt a charge, so the test proves less than it claims")
 	}
 
-	proctest.StartBinary(t, binary("worker"), nil, map[string]string{
+	process.StartBinary(t, binary("worker"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
 	})
-	// A dead request's job is due after its lock expires (~5.5 s); River's
-	// scheduler promotes due jobs every 5 s.
+	// The killed checkout wrote no job for the charge it interrupted: the
+	// worker's sweep makes one for an order still pending after SWEEP_AFTER
+	// (10 s by default), and the worker then charges it.
 	waitAllTerminal(t, db, 45*time.Second)
 
 	for id := range acked {

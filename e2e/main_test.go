@@ -1,6 +1,6 @@
 // Package e2e tests the real binaries as separate processes — checkout,
 // worker and paymentsim talking HTTP to each other and to a real
-// PostgreSQL — against the invariants in DESIGN.md. It has only tests.
+// PostgreSQL — against docs/design.md, "Invariants". It has only tests.
 package e2e
 
 import (
@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // bin holds the binaries built once for all tests of the package.
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := proctest.Build("..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim", "./cmd/catalogsim"); err != nil {
+	if err := process.Build("..", dir, "./cmd/checkout", "./cmd/worker", "./cmd/paymentsim", "./cmd/catalogsim"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)

@@ -8,28 +8,28 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/experiment"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/experiment"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // stack is the whole system as separate processes on one fresh database.
 type stack struct {
-	checkout, worker, sim *proctest.Process
+	checkout, worker, sim *process.Process
 	dbURL                 string
 }
 
 func startStack(t *testing.T, mode string) stack {
 	t.Helper()
 	s := stack{dbURL: dbtest.URL(t)}
-	s.sim = proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
+	s.sim = process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": s.dbURL, "PAYMENT_URL": s.sim.URL}
-	s.worker = proctest.StartBinary(t, binary("worker"), nil, env)
+	s.worker = process.StartBinary(t, binary("worker"), nil, env)
 	env["RESILIENCE_MODE"] = mode
-	s.checkout = proctest.StartBinary(t, binary("checkout"), nil, env)
+	s.checkout = process.StartBinary(t, binary("checkout"), nil, env)
 	return s
 }
 
-// outage runs DESIGN.md's experiment, shortened: 20 req/s for 4 s, the
+// outage runs the experiment (docs/design.md, "Experiment"), shortened: 20 req/s for 4 s, the
 // provider 10 s slower from 0.5 s to 2.5 s. The figures are the
 // experiment's business (make experiment); these tests hold the invariants.
 func outage(t *testing.T, s stack, rate float64) experiment.Report {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // TestA503StoresNothingWhileTheDatabaseIsSlow holds invariant 11 from
@@ -23,12 +23,12 @@ import (
 func TestA503StoresNothingWhileTheDatabaseIsSlow(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
-	sim := proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{
+	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "100ms",
 	})
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL}
-	checkout := proctest.StartBinary(t, binary("checkout"), nil, env)
-	proctest.StartBinary(t, binary("worker"), nil, env)
+	checkout := process.StartBinary(t, binary("checkout"), nil, env)
+	process.StartBinary(t, binary("worker"), nil, env)
 	db, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)

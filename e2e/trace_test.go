@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // TestDeferredOrderTraceAcrossProcesses runs checkout, worker and
@@ -31,14 +31,14 @@ import (
 func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	col := startCollector(t)
-	sim := proctest.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
+	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	env := map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbtest.URL(t), "PAYMENT_URL": sim.URL,
 		"OTEL_EXPORTER_OTLP_ENDPOINT": col.url,
 		"OTEL_BSP_SCHEDULE_DELAY":     "100", // ms: export soon after the spans end
 	}
-	proctest.StartBinary(t, binary("worker"), nil, env)
-	checkout := proctest.StartBinary(t, binary("checkout"), nil, env)
+	process.StartBinary(t, binary("worker"), nil, env)
+	checkout := process.StartBinary(t, binary("checkout"), nil, env)
 
 	fault(t, sim.URL, http.MethodPost, `{"down":true}`)
 	id, status := placeOrder(checkout.URL, "trace-e2e-1")

@@ -3,8 +3,9 @@ package main
 import (
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
@@ -12,24 +13,19 @@ import (
 // environment in one place. README.md lists each variable; keep the two in
 // sync.
 type config struct {
-	HTTPAddr        string
-	LogLevel        string
-	ShutdownTimeout time.Duration
-	Latency         time.Duration
-	Jitter          time.Duration
-	AdminToken      string
+	simulator.Config // DebugAddr stays empty: catalogsim has no debug listener
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
-	cfg := config{
+	cfg := config{simulator.Config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8083"),
 		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		Latency:         env.Duration("CATALOGSIM_LATENCY", catalogsim.DefaultLatency, 0, time.Minute),
 		Jitter:          env.Duration("CATALOGSIM_JITTER", catalogsim.DefaultJitter, 0, time.Minute),
 		AdminToken:      env.String("CATALOGSIM_ADMIN_TOKEN", ""),
-	}
+	}}
 	// The admin API sets the prices checkout charges: open only on
 	// loopback, with a token, or when the operator opts out.
 	admin := envconfig.Guarded{

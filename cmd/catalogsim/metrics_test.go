@@ -4,15 +4,15 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/proctest"
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
+	"github.com/resilientcheckout/checkout/internal/telemetry/telemetrytest"
 )
 
 // TestExportsDashboardMetrics scrapes a running catalog simulator for every
 // metric deploy/'s dashboard reads from it.
 func TestExportsDashboardMetrics(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"catalogsim"}, map[string]string{
+	p := process.Start(t, command.Run, []string{"catalogsim"}, map[string]string{
 		"HTTP_ADDR":          "127.0.0.1:0",
 		"CATALOGSIM_LATENCY": "0s",
 	})
@@ -25,5 +25,5 @@ func TestExportsDashboardMetrics(t *testing.T) {
 		t.Fatalf("GET /v1/prices: status %d, want %d", got, want)
 	}
 
-	obstest.CheckExported(t, "catalogsim", p.URL+"/metrics")
+	telemetrytest.CheckExported(t, "catalogsim", p.URL+"/metrics")
 }

@@ -34,7 +34,7 @@ const breakerUsage = `usage:
 // breaker is the operator's switch for the fleet's shared circuit breakers
 // (internal/fleet). It talks to Postgres only, so it works from any replica
 // or a one-off container with DATABASE_URL; the database credential is
-// the switch's credential (DESIGN.md invariant 9).
+// the switch's credential (docs/design.md, "Invariants").
 func breaker(ctx context.Context, cfg config, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, breakerUsage)

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 // TestBreakerSwitchDefersEveryOrderUntilCleared: `checkout breaker open
@@ -25,7 +25,7 @@ func TestBreakerSwitchDefersEveryOrderUntilCleared(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
 	sim := simtest.Start(t, 0)
-	replicas := []*proctest.Process{
+	replicas := []*process.Process{
 		startCheckout(t, dbURL, sim.URL, nil),
 		startCheckout(t, dbURL, sim.URL, nil),
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 func TestMigrateTwiceInARowAndConcurrently(t *testing.T) {
@@ -52,7 +52,7 @@ func TestMigrateGivesUpAfterMigrateWait(t *testing.T) {
 
 func TestServeProbesAndMetrics(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
+	p := process.Start(t, run, []string{"checkout"}, map[string]string{
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"DATABASE_URL": dbtest.URL(t),
 	})
@@ -75,7 +75,7 @@ func TestServeProbesAndMetrics(t *testing.T) {
 func TestMetricsAddrServesMetricsOnlyThere(t *testing.T) {
 	t.Parallel()
 	metricsAddr := closedAddr(t)
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
+	p := process.Start(t, run, []string{"checkout"}, map[string]string{
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"METRICS_ADDR": metricsAddr,
 		"DATABASE_URL": dbtest.URL(t),
@@ -102,7 +102,7 @@ func TestMetricsAddrServesMetricsOnlyThere(t *testing.T) {
 
 func TestStartsWithUnreachableDatabase(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
+	p := process.Start(t, run, []string{"checkout"}, map[string]string{
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"DATABASE_URL": "postgres://nobody@" + closedAddr(t) + "/none?sslmode=disable",
 	})

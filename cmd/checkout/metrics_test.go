@@ -8,10 +8,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/telemetrytest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running checkout for every
@@ -51,5 +51,5 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	sim.Fault(t, `{"down":true}`)
 	post(orderBody) // 202: breaker closed → open
 
-	obstest.CheckExported(t, "checkout", p.URL+"/metrics")
+	telemetrytest.CheckExported(t, "checkout", p.URL+"/metrics")
 }

@@ -33,11 +33,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 const specPath = "../../api/openapi.yaml"
@@ -55,11 +55,11 @@ const (
 
 // startCheckout runs checkout's real wiring on a loopback port against the
 // given database and provider, with extra settings on top.
-func startCheckout(t *testing.T, dbURL, paymentURL string, extra map[string]string) *proctest.Process {
+func startCheckout(t *testing.T, dbURL, paymentURL string, extra map[string]string) *process.Process {
 	t.Helper()
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": paymentURL}
 	maps.Copy(env, extra)
-	return proctest.Start(t, run, []string{"checkout"}, env)
+	return process.Start(t, run, []string{"checkout"}, env)
 }
 
 func loadSpec(t *testing.T) *openapi3.T {

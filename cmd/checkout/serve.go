@@ -17,7 +17,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/fleet"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -80,7 +80,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return fmt.Errorf("river client: %w", err)
 	}
 
-	orders := order.NewService(pool, payer.New(provider), jobs, cfg.Orders, logger)
+	orders := order.NewService(pool, orderpayment.New(provider), jobs, cfg.Orders, logger)
 	if cfg.Catalog.URL != "" {
 		catalogMetrics, err := catalog.NewMetrics(reg)
 		if err != nil {
@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 }
 
 // newPools returns the API pool and the pool /health is served from: its own
-// in protected mode, the API's otherwise (DESIGN.md's modes).
+// in protected mode, the API's otherwise (the modes of docs/design.md, "Protection stack").
 func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.Handler) http.Handler, err error) {
 	business, err := resilience.NewPool("api", cfg.APIPool, m, api.PoolFull)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // TestShutdownDrainsBeforeStopping stops checkout as SIGTERM does and
@@ -16,7 +16,7 @@ import (
 func TestShutdownDrainsBeforeStopping(t *testing.T) {
 	t.Parallel()
 	const drain = 3 * time.Second
-	p := proctest.Start(t, run, []string{"checkout"}, map[string]string{
+	p := process.Start(t, run, []string{"checkout"}, map[string]string{
 		"HTTP_ADDR":            "127.0.0.1:0",
 		"DATABASE_URL":         dbtest.URL(t),
 		"SHUTDOWN_DRAIN_DELAY": drain.String(),

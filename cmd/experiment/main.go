@@ -1,6 +1,6 @@
-// Command experiment drives the outage scenario of DESIGN.md against a running stack and
+// Command experiment drives the outage scenario (docs/design.md, "Experiment") against a running stack and
 // reports it: a Markdown table on stdout, and optionally the run as JSON and an SVG timeline.
-// `experiment ramp` runs DESIGN.md's ramp instead: the provider healthy, checkout from 10 to
+// `experiment ramp` runs the ramp of the same section instead: the provider healthy, checkout from 10 to
 // 80 req/s over 20 s, to watch the concurrency limit track rate × latency. `experiment
 // catalog-outage` faults the product catalog instead (catalogsim down for 10 s after a 5 s
 // warm-up, checkout answering from its stale price cache), and `experiment catalog-cold` takes
@@ -20,7 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/resilientcheckout/checkout/internal/experiment"
+	"github.com/resilientcheckout/checkout/internal/lab/experiment"
 )
 
 func main() {

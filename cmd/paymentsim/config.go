@@ -5,38 +5,35 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/envconfig"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
 
 // config is every setting of the paymentsim binary, read from the environment in one place.
 // README.md lists each variable; keep the two in sync.
 type config struct {
-	HTTPAddr        string
-	LogLevel        string
-	DebugAddr       string
-	ShutdownTimeout time.Duration
-	Latency         time.Duration
-	Jitter          time.Duration
-	LedgerCap       int
-	ChargeCap       int // 0: paymentsim's default, a multiple of LedgerCap
-	Capacity        int // 0: unlimited
-	AdminToken      string
+	simulator.Config
+	LedgerCap int
+	ChargeCap int // 0: paymentsim's default, a multiple of LedgerCap
+	Capacity  int // 0: unlimited
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		HTTPAddr:        env.Addr("HTTP_ADDR", ":8082"),
-		LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
-		DebugAddr:       env.DebugAddr(),
-		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
-		Latency:         env.Duration("PAYMENTSIM_LATENCY", paymentsim.DefaultLatency, 0, time.Minute),
-		Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),
-		LedgerCap:       env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
-		ChargeCap:       env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
-		Capacity:        env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
-		AdminToken:      env.String("PAYMENTSIM_ADMIN_TOKEN", ""),
+		Config: simulator.Config{
+			HTTPAddr:        env.Addr("HTTP_ADDR", ":8082"),
+			LogLevel:        env.OneOf("LOG_LEVEL", "info", telemetry.Levels...),
+			DebugAddr:       env.DebugAddr(),
+			ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+			Latency:         env.Duration("PAYMENTSIM_LATENCY", paymentsim.DefaultLatency, 0, time.Minute),
+			Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),
+			AdminToken:      env.String("PAYMENTSIM_ADMIN_TOKEN", ""),
+		},
+		LedgerCap: env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
+		ChargeCap: env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
+		Capacity:  env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
 	}
 	// The admin API resets the ledger (forgetting keys, so a retry becomes
 	// a second charge) and injects faults: open only on loopback, with a

@@ -4,62 +4,18 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
+	"log/slog"
+	"net/http"
 
-	"github.com/resilientcheckout/checkout/internal/health"
-	"github.com/resilientcheckout/checkout/internal/httpserver"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
-	"github.com/resilientcheckout/checkout/internal/telemetry"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
-func main() {
-	if err := run(context.Background(), os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "paymentsim:", err)
-		os.Exit(1)
-	}
-}
+var command = simulator.Command[config]{Name: "paymentsim", LoadConfig: loadConfig, New: newSimulator}
 
-const usage = "usage: paymentsim [serve|healthcheck]"
+func main() { command.Main() }
 
-// writeTimeout must outlast the slowest answer an experiment scripts (the outage scenario adds
-// 10 s of latency); the default server limit of 30 s would cut longer injected delays short.
-const writeTimeout = 2 * time.Minute
-
-// run is main with its dependencies passed in, so tests start the real wiring in-process on
-// port :0.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	cfg, err := loadConfig(getenv)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-
-	command := "serve"
-	if len(args) > 1 {
-		command = args[1]
-	}
-	switch command {
-	case "serve":
-		return serve(ctx, cfg, stdout)
-	case "healthcheck":
-		return health.Probe(ctx, cfg.HTTPAddr)
-	default:
-		fmt.Fprintln(stderr, usage)
-		return errors.New("unknown command " + command)
-	}
-}
-
-func serve(ctx context.Context, cfg config, stdout io.Writer) error {
-	logger := telemetry.NewLogger(stdout, cfg.LogLevel, "paymentsim")
+func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
 	sim := paymentsim.New(paymentsim.Config{
 		Latency:    cfg.Latency,
 		Jitter:     cfg.Jitter,
@@ -69,12 +25,5 @@ func serve(ctx context.Context, cfg config, stdout io.Writer) error {
 		AdminToken: cfg.AdminToken,
 		Logger:     logger,
 	})
-	logger.InfoContext(ctx, "starting", "latency", cfg.Latency, "jitter", cfg.Jitter,
-		"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity, "admin_token", cfg.AdminToken != "")
-	return httpserver.Serve(ctx, httpserver.Config{
-		Addr:            cfg.HTTPAddr,
-		DebugAddr:       cfg.DebugAddr,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		WriteTimeout:    writeTimeout,
-	}, sim, logger)
+	return sim, []any{"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity}
 }

@@ -5,15 +5,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/proctest"
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
+	"github.com/resilientcheckout/checkout/internal/telemetry/telemetrytest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running simulator for every
 // metric deploy/'s dashboard and alert rules read from it.
 func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"paymentsim"}, map[string]string{
+	p := process.Start(t, command.Run, []string{"paymentsim"}, map[string]string{
 		"HTTP_ADDR":          "127.0.0.1:0",
 		"PAYMENTSIM_LATENCY": "0s",
 	})
@@ -33,5 +33,5 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 		t.Fatalf("charge: status %d, want %d", got, want)
 	}
 
-	obstest.CheckExported(t, "paymentsim", p.URL+"/metrics")
+	telemetrytest.CheckExported(t, "paymentsim", p.URL+"/metrics")
 }

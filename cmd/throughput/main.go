@@ -1,5 +1,5 @@
 // Command throughput measures the real binaries' order rate against a
-// one-transaction baseline (internal/throughput; `make bench` runs it on a
+// one-transaction baseline (internal/lab/throughput; `make bench` runs it on a
 // PostgreSQL of its own). `throughput baseline` is that baseline server.
 package main
 
@@ -23,8 +23,8 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
+	"github.com/resilientcheckout/checkout/internal/lab/throughput"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
-	"github.com/resilientcheckout/checkout/internal/throughput"
 )
 
 func main() {
@@ -71,7 +71,7 @@ func measure(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&cfg.Bin, "bin", filepath.Dir(exe), "directory holding the checkout, worker, paymentsim and throughput binaries")
 	fs.StringVar(&cfg.Wrk, "wrk", cfg.Wrk, "wrk binary")
 	fs.StringVar(&cfg.WorkDir, "logs", "", "directory for the processes' logs (default: a temporary directory, removed)")
-	fs.StringVar(&cfg.Baseline, "baseline", cfg.Baseline, "how the baseline writes: "+strings.Join(throughput.BaselineModes, " or ")+" (see internal/throughput/baseline.go)")
+	fs.StringVar(&cfg.Baseline, "baseline", cfg.Baseline, "how the baseline writes: "+strings.Join(throughput.BaselineModes, " or ")+" (see internal/lab/throughput/baseline.go)")
 	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "interleaved pairs (baseline, checkout)")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before each measured load (whole seconds)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured load per run (whole seconds)")

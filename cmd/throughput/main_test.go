@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
-	"github.com/resilientcheckout/checkout/internal/throughput"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
+	"github.com/resilientcheckout/checkout/internal/lab/throughput"
 )
 
 const order = `{"customer_id":"cus_123","currency":"USD","payment_method":"pm_card_visa",
@@ -34,7 +34,7 @@ func TestBaselineWritesOrderAndJob(t *testing.T) {
 
 	jobRows := map[string]string{}
 	for _, mode := range throughput.BaselineModes {
-		p := proctest.Start(t, run, []string{"throughput", "baseline"}, map[string]string{
+		p := process.Start(t, run, []string{"throughput", "baseline"}, map[string]string{
 			"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "BASELINE_MODE": mode,
 		})
 		post := func(body string) *http.Response {
@@ -103,7 +103,7 @@ func TestBaselineRejectsMalformedOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	p := proctest.Start(t, run, []string{"throughput", "baseline"}, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL})
+	p := process.Start(t, run, []string{"throughput", "baseline"}, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL})
 	for _, body := range []string{`{"customer_id":"cus_123","extra":1}`, `{"items":[]}`, `not json`} {
 		resp, err := http.Post(p.URL+"/orders", "application/json", strings.NewReader(body))
 		if err != nil {

@@ -34,7 +34,7 @@ type config struct {
 	RiverUIPassword string
 }
 
-// workerResilienceDefaults adjusts DESIGN.md's defaults for a background
+// workerResilienceDefaults adjusts the defaults (docs/design.md, "Defaults") for a background
 // worker. It is always protected: RESILIENCE_MODE is the API's experiment
 // switch, and a worker without a breaker would stampede a recovering
 // provider with its whole backlog. No customer waits on a background
@@ -111,7 +111,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Credential: "RIVERUI_USER and RIVERUI_PASSWORD", Protected: cfg.RiverUIUser != "",
 		OptOut: "ALLOW_UNAUTHENTICATED_RIVERUI", Allowed: env.OneOf("ALLOW_UNAUTHENTICATED_RIVERUI", "false", "true", "false") == "true",
 	}
-	// River retries failed jobs on its own schedule (order.ChargeWorker's
+	// River retries failed jobs on its own schedule (worker.ChargeWorker's
 	// NextRetry); retrying inside a job as well would multiply attempts.
 	cfg.Resilience.MaxAttempts = 1
 	if err := env.Err(); err != nil {

@@ -9,15 +9,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 // TestWorkerSurvivesDatabaseOutage cuts the worker off from Postgres while
 // it has a backlog, then restores the connection: without a restart the
 // worker must report not-ready during the outage (but stay live) and drain
-// the backlog afterwards (DESIGN.md: back within 20 s).
+// the backlog afterwards (docs/design.md, "Invariants": back within 20 s).
 func TestWorkerSurvivesDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
@@ -28,7 +28,7 @@ func TestWorkerSurvivesDatabaseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	w := proctest.Start(t, run, []string{"worker"}, map[string]string{
+	w := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": proxy.URL(), "PAYMENT_URL": sim.URL,
 	})
 

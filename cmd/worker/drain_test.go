@@ -16,12 +16,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 	"github.com/resilientcheckout/checkout/internal/order"
-	orderPayer "github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 // TestTwoWorkersDrainBacklogChargingEachOrderOnce places 50 orders while the
@@ -48,8 +48,8 @@ func TestTwoWorkersDrainBacklogChargingEachOrderOnce(t *testing.T) {
 	sim.Heal(t)
 	healed := time.Now()
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL}
-	w1 := proctest.Start(t, run, []string{"worker"}, env)
-	w2 := proctest.Start(t, run, []string{"worker"}, env)
+	w1 := process.Start(t, run, []string{"worker"}, env)
+	w2 := process.Start(t, run, []string{"worker"}, env)
 
 	// The fallback scheduled each job for when the API's breaker would
 	// probe again (~1.5 s); River's scheduler promotes due jobs every 5 s.
@@ -78,7 +78,7 @@ func TestTwoWorkersDrainBacklogChargingEachOrderOnce(t *testing.T) {
 
 func TestRiverUIRequiresBasicAuthWhenConfigured(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"worker"}, map[string]string{
+	p := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbtest.URL(t),
 		"RIVERUI_USER": "ops", "RIVERUI_PASSWORD": "s3cret",
 	})
@@ -114,7 +114,7 @@ func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := newOrderService(t, db, orderPayer.New(payer))
+	svc := newOrderService(t, db, orderpayment.New(payer))
 	req := order.PlaceRequest{CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_visa",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}}}
 	for i := range n {
@@ -180,7 +180,7 @@ func TestShutdownLetsRunningChargeFinish(t *testing.T) {
 	placeOrders(t, db, sim.URL, 1)
 	sim.Heal(t)
 
-	w := proctest.Start(t, run, []string{"worker"}, map[string]string{
+	w := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
 		"PAYMENT_ATTEMPT_TIMEOUT": "5s", "BREAKER_SLOW_CALL_THRESHOLD": "5s",
 	})

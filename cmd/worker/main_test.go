@@ -9,12 +9,12 @@ import (
 	"testing"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 func TestServeProbesAndMetrics(t *testing.T) {
 	t.Parallel()
-	p := proctest.Start(t, run, []string{"worker"}, map[string]string{
+	p := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"DATABASE_URL": dbtest.URL(t),
 	})
@@ -49,7 +49,7 @@ func TestStartsWithUnreachableDatabase(t *testing.T) {
 	}
 	closed := ln.Addr().String()
 	ln.Close()
-	p := proctest.Start(t, run, []string{"worker"}, map[string]string{
+	p := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"DATABASE_URL": "postgres://nobody@" + closed + "/none?sslmode=disable",
 	})

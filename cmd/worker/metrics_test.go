@@ -14,13 +14,13 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 	"github.com/resilientcheckout/checkout/internal/order"
-	orderPayer "github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
-	"github.com/resilientcheckout/checkout/internal/telemetry/obstest"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
+	"github.com/resilientcheckout/checkout/internal/telemetry/telemetrytest"
 )
 
 // TestExportsDashboardAndAlertMetrics scrapes a running worker for every
@@ -48,7 +48,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := newOrderService(t, db, orderPayer.New(payer))
+	svc := newOrderService(t, db, orderpayment.New(payer))
 	res, err := svc.Place(t.Context(), "metrics-1", order.PlaceRequest{
 		CustomerID: "cus_1", Currency: "USD", PaymentMethod: "pm_card_chargeDeclined",
 		Items: []order.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 500}},
@@ -72,7 +72,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 		}
 	}
 
-	p := proctest.Start(t, run, []string{"worker"}, map[string]string{
+	p := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
 	})
 	deadline := time.Now().Add(20 * time.Second)
@@ -83,7 +83,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling another process's progress
 	}
 
-	obstest.CheckExported(t, "worker", p.URL+"/metrics")
+	telemetrytest.CheckExported(t, "worker", p.URL+"/metrics")
 }
 
 func orderStatus(t *testing.T, db *pgxpool.Pool, id string) order.Status {

@@ -11,7 +11,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/fleet"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -60,7 +60,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		}
 		defer stop()
 	}
-	w, err := worker.New(pool, payer.New(provider), cfg.Worker, reg, logger)
+	w, err := worker.New(pool, orderpayment.New(provider), cfg.Worker, reg, logger)
 	if err != nil {
 		return err
 	}

@@ -73,12 +73,21 @@ func count(b bool) int {
 	return 0
 }
 
-// routeSources lists, per binary, the directory whose code registers its
-// HTTP routes.
-var routeSources = map[string]string{
-	"checkout":   "internal/api",
-	"worker":     "internal/worker",
-	"paymentsim": "internal/paymentsim",
+// routeSources lists, per binary, the directories whose code registers its
+// HTTP routes; a simulator's shared routes (/health, /metrics, the admin
+// API) are registered in internal/sim/simulator.
+var routeSources = map[string][]string{
+	"checkout":   {"internal/api"},
+	"worker":     {"internal/worker"},
+	"paymentsim": {"internal/sim/paymentsim", "internal/sim/simulator"},
+}
+
+// commandSources lists, per binary, the files whose switch names its
+// subcommands: a simulator's run skeleton is internal/sim/simulator's.
+var commandSources = map[string][]string{
+	"checkout":   {"cmd/checkout/main.go"},
+	"worker":     {"cmd/worker/main.go"},
+	"paymentsim": {"cmd/paymentsim/main.go", "internal/sim/simulator/command.go"},
 }
 
 // secretOnly are variables that must come from a Secret, never a ConfigMap
@@ -86,7 +95,7 @@ var routeSources = map[string]string{
 var secretOnly = []string{"DATABASE_URL", "RIVERUI_USER", "RIVERUI_PASSWORD", "PAYMENTSIM_ADMIN_TOKEN"}
 
 // credentials are the variables without which a binary exposes something
-// that moves money or jobs (DESIGN.md invariant 9); in a cluster, where the
+// that moves money or jobs (docs/design.md, "Invariants"); in a cluster, where the
 // port is reachable from other pods (and from every pod where the network
 // plugin ignores NetworkPolicy), they must be set.
 var credentials = map[string][]string{
@@ -661,16 +670,22 @@ func loadFacts(root string) (*facts, error) {
 			return nil, err
 		}
 		b.vars = envReads(file, "env", helpers)
-		main, err := os.ReadFile(filepath.Join(root, "cmd", name, "main.go"))
-		if err != nil {
-			return nil, err
+		for _, path := range commandSources[name] {
+			main, err := os.ReadFile(filepath.Join(root, path))
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range commandCase.FindAllStringSubmatch(string(main), -1) {
+				b.commands = append(b.commands, m[1])
+			}
 		}
-		for _, m := range commandCase.FindAllStringSubmatch(string(main), -1) {
-			b.commands = append(b.commands, m[1])
-		}
-		sources, err := filepath.Glob(filepath.Join(root, routes, "*.go"))
-		if err != nil {
-			return nil, err
+		var sources []string
+		for _, dir := range routes {
+			paths, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+			if err != nil {
+				return nil, err
+			}
+			sources = append(sources, paths...)
 		}
 		for _, path := range sources {
 			if strings.HasSuffix(path, "_test.go") {

@@ -14,7 +14,7 @@ import (
 
 // TestDatabaseOutage cuts checkout off its database (a proxy blackholes the
 // connections; the shared PostgreSQL server keeps running for other tests)
-// and holds it to DESIGN.md's numbers: 503 + Retry-After within 2 s,
+// and holds it to the numbers of docs/design.md, "A 503 stores nothing": 503 + Retry-After within 2 s,
 // /ready 503, /health unaffected, and recovery without a restart.
 func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()

@@ -18,7 +18,7 @@ import (
 )
 
 // maxBodyBytes caps POST /orders bodies. The largest valid order (100 items
-// of 64-character SKUs) is under 10 KiB; 1 MiB is DESIGN.md's ceiling.
+// of 64-character SKUs) is under 10 KiB; 1 MiB is the ceiling of docs/design.md, "Checkout API".
 const maxBodyBytes = 1 << 20
 
 // bodyReadTimeout bounds the upload of an order document: 1 MiB takes well

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/catalog"
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 )
 
 // TestPriceCheckBeforeAnythingIsWritten: with a catalog, an order is placed

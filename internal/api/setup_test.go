@@ -23,14 +23,14 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/catalog"
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
-	payerpkg "github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 )
 
 // bundle is checkout's real HTTP handler and order service on a database of
@@ -123,7 +123,7 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.CloseIdleConnections)
-	var payer order.Payer = payerpkg.New(payment.NewProtected(client, b.policy))
+	var payer order.Payer = orderpayment.New(payment.NewProtected(client, b.policy))
 	if opts.wrapPayer != nil {
 		payer = opts.wrapPayer(payer)
 	}
@@ -299,7 +299,7 @@ func (b *bundle) chargeJobs(t testing.TB, orderID string) []chargeJob {
 	return jobs
 }
 
-// orderJSON is the order resource as DESIGN.md fixes it.
+// orderJSON is the order resource as docs/design.md, "Checkout API" fixes it.
 type orderJSON struct {
 	ID         string `json:"id"`
 	Status     string `json:"status"`

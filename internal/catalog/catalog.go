@@ -22,11 +22,12 @@
 // (golang.org/x/sync/singleflight), so an expired hot SKU costs the catalog
 // one request, not one per order in flight.
 //
-// The package knows nothing of HTTP responses or of internal/order: the
-// caller maps its error kinds (ErrUnknownSKU, ErrPriceChanged,
-// ErrUnavailable) to statuses, and adapts its order to [Order]. Like
+// The package knows nothing of HTTP responses: the caller maps its error
+// kinds (ErrUnknownSKU, ErrPriceChanged, ErrUnavailable) to statuses. Only
+// orders.go knows internal/order: it prices an order's lines for the order
+// service through the lookup above. Like
 // internal/payment, it shares no code with its simulator
-// (internal/catalogsim).
+// (internal/sim/catalogsim).
 package catalog
 
 import (
@@ -76,10 +77,10 @@ type Item struct {
 // Defaults for Config.
 const (
 	// DefaultTTL is how long a catalog answer is used without asking again
-	// (the 30 s): a price change reaches checkout within it.
+	// (30 s): a price change reaches checkout within it.
 	DefaultTTL = 30 * time.Second
 	// DefaultMaxStaleness bounds how old an answer may be and still be
-	// served while the catalog is unavailable (the 10 min).
+	// served while the catalog is unavailable (10 min).
 	DefaultMaxStaleness = 10 * time.Minute
 	// DefaultCacheSize bounds the cached SKUs. An entry costs about 200
 	// bytes (a SKU of up to 64 bytes, its price, a timestamp and the LRU's

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 )
 
 // TestClientAgainstSimulator speaks the protocol over real HTTP to the

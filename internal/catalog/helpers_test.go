@@ -20,7 +20,7 @@ var errDown = errors.New("catalog: status 503")
 
 // fakeCatalog is the catalog at the process edge for tests that run inside
 // synctest bubbles, where its delay costs no real time. Tests of the real
-// client and of the outage over HTTP use internal/catalogsim instead.
+// client and of the outage over HTTP use internal/sim/catalogsim instead.
 type fakeCatalog struct {
 	mu     sync.Mutex
 	prices map[string]Price

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/resilientcheckout/checkout/internal/catalogsim"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 )
 
 // outage is a Service built by New, the wiring checkout uses, talking over

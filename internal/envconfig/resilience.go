@@ -8,7 +8,7 @@ import (
 
 // Resilience reads the payment protection stack's settings over the
 // defaults d. checkout and the worker read the same names, each for its own
-// policy; each binary picks its defaults (DESIGN.md's table, via
+// policy; each binary picks its defaults (docs/design.md, "Defaults", via
 // resilience.DefaultConfig, with the worker's adjustments).
 func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	return resilience.Config{
@@ -50,7 +50,9 @@ func (r *Reader) Mode() resilience.Mode {
 	return m
 }
 
-// lateFactor reads PAYMENT_LIMIT_LATE_FACTOR: 0 (lateness off) or 1 to 10.
+// lateFactor reads PAYMENT_LIMIT_LATE_FACTOR: 0 or 1 to 10. At 0 no call
+// is late before the breaker's slow threshold: the adaptive limit then hears
+// of a congested call at the slow threshold, as the breaker does.
 func (r *Reader) lateFactor(d float64) float64 {
 	if f := r.Float("PAYMENT_LIMIT_LATE_FACTOR", d, 0, 10); f == 0 || f >= 1 {
 		return f

@@ -1,6 +1,6 @@
 // Package fleet makes the circuit breakers of every process that calls one
 // dependency — each checkout replica and each worker — behave as one
-// breaker towards it (DESIGN.md invariant 10): when one opens, all refuse
+// breaker towards it (docs/design.md, "Fleet breaker"): when one opens, all refuse
 // calls until the same moment; when that moment comes, one process probes
 // for all, and its verdict closes or re-opens the breaker everywhere. An
 // operator can also force a dependency open (planned maintenance) and
@@ -36,7 +36,7 @@
 // statement; each coordinator listens on a dedicated connection
 // (pgx WaitForNotification) and re-reads the row, which takes a round trip
 // or two: other processes learn of an opening within milliseconds, well
-// inside DESIGN.md's ~100 ms. A process that starts, or reconnects after
+// inside the ~100 ms of docs/design.md, "Fleet breaker". A process that starts, or reconnects after
 // losing the database, reads the row first. A coordinator also re-reads it
 // every RefreshEvery, so a lost notification costs at most that.
 //

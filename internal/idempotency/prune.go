@@ -9,7 +9,7 @@ import (
 )
 
 // MinRetention is how long keys are kept at least: the draft's advice and
-// DESIGN.md's promise to clients, who may retry a request for a day.
+// the promise to clients (docs/lifecycle.md, "Timers and bounds"), who may retry a request for a day.
 const MinRetention = 24 * time.Hour
 
 // PruneArgs is the periodic job that deletes keys past retention.

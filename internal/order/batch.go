@@ -192,7 +192,7 @@ func rejected(err error) bool {
 }
 
 // settler settles the orders the API charged, many to a pipeline (batcher;
-// DESIGN.md "Durability" allows the settle to be batched). Deferrals are
+// docs/design.md, "Settles" allows the settle to be batched). Deferrals are
 // not batched: they insert a job in the same transaction. Nor is the
 // worker's settle, which completes its job with it.
 type settler struct {
@@ -238,7 +238,7 @@ func (s *settler) settle(ctx context.Context, base Order, to Settlement) (settle
 // synchronously, so batching changes no durability rule: the order is
 // stored before the provider is called.
 //
-// A request that answers 503 promises that nothing was stored (DESIGN.md,
+// A request that answers 503 promises that nothing was stored (docs/design.md,
 // "A 503 stores nothing"). A first write commits only once checkout has
 // seen every statement succeed and sends COMMIT (insertOrdersWithKeys), so
 // a pipeline that fails, or is abandoned, stores nothing. And the answer

@@ -8,7 +8,7 @@ import (
 )
 
 // Payer is the payment provider as the order package needs it: the port
-// internal/payer adapts the protected payment client to, so this package
+// internal/orderpayment adapts the protected payment client to, so this package
 // knows no HTTP. The API and the worker each have their own.
 type Payer interface {
 	// Charge charges req once. Its errors carry ErrDeclined, ErrRejected
@@ -101,7 +101,7 @@ func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err 
 // the lookup by reference turns an unknown outcome into a certain one. A
 // charge found → paid (the oldest charge, the one the idempotency key made);
 // none → payment_failed / provider_unavailable, the only way an order fails
-// for want of a provider (DESIGN.md invariant 7: never while the provider
+// for want of a provider (docs/design.md, "Invariants": never while the provider
 // holds a charge for it). A lookup error settles nothing.
 //
 // A charge for another amount or currency settles nothing either: the
@@ -134,7 +134,7 @@ var ErrChargeMismatch = errors.New("the provider holds a charge that does not ma
 // MayCharge reports whether o may still be charged at now, given how long
 // the provider remembers idempotency keys (keyRetention): a charge sent
 // after the provider forgot the order's key would be a second charge if an
-// earlier attempt went through (DESIGN.md invariant 8). The order's
+// earlier attempt went through (docs/design.md, "Invariants"). The order's
 // creation stands in for its first attempt — no attempt precedes it, so it
 // errs on the early side — and a tenth of the retention is kept as a margin
 // for clock skew between the provider, the database and this process. An

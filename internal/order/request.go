@@ -19,7 +19,7 @@ type PlaceRequest struct {
 	Items         []Item `json:"items"`
 }
 
-// Limits from DESIGN.md ("Details clients and tests rely on").
+// Limits from docs/design.md, "Checkout API".
 const (
 	maxTextLen   = 64
 	maxItems     = 100

@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/worker"
@@ -36,7 +36,7 @@ func (h heldCharge) Charge(ctx context.Context, req order.ChargeRequest) (order.
 // the order's creation, the worker's guard before trusting a lookup's "no
 // charge" — LookupAfter past last_attempt_at — lets the lookup through
 // while the API's charge is in flight, and the order is failed while the
-// charge lands after (DESIGN.md invariant 7).
+// charge lands after (docs/design.md, "Invariants").
 func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupService(t, order.DefaultConfig())
@@ -57,7 +57,7 @@ func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := payer.New(client)
+	real := orderpayment.New(client)
 	held := heldCharge{Payer: real, began: make(chan struct{}), release: make(chan struct{})}
 	jobs, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{})
 	if err != nil {

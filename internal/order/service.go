@@ -63,14 +63,14 @@ type Config struct {
 	// none, which shows what an unprotected call does.
 	PaymentBudget time.Duration
 	// DBTimeout bounds each transaction, so a dead database yields a 503
-	// within ~2 s (DESIGN.md) instead of holding an API worker.
+	// within ~2 s (docs/lifecycle.md, "Timers and bounds") instead of holding an API worker.
 	DBTimeout time.Duration
 	// Fallback saves orders as pending_payment when the provider is
 	// unavailable (protected mode). Off, such requests fail with 502/504.
 	Fallback bool
 	// AsyncSettle commits the settle of a synchronously charged order
 	// without waiting for its WAL flush (synchronous_commit = off for that
-	// transaction only; DESIGN.md "Durability"). Its loss in a database
+	// transaction only; docs/design.md, "The first write"). Its loss in a database
 	// crash is recoverable by replay: the order is back to pending without
 	// an answer, the sweep gives it a charge job, and the charge under the
 	// same provider key is the provider's replay — same status, same order

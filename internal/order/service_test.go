@@ -15,10 +15,10 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 // serviceBundle is the checkout flow on a fresh database, charging the
@@ -41,7 +41,7 @@ func setupService(t *testing.T, cfg order.Config) *serviceBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.svc = order.NewService(b.db, payer.New(client), jobs, cfg, log)
+	b.svc = order.NewService(b.db, orderpayment.New(client), jobs, cfg, log)
 	return b
 }
 

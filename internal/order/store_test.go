@@ -14,10 +14,10 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 )
 
-// TestBacklogReadsTheUnsettledIndexOnly is issue 17's fifth defect: the
-// backlog gauges are computed at every scrape, so their query must cost what
-// the backlog costs, not what the table does. The earlier form
-// (unnest … LEFT JOIN orders) scanned the whole table.
+// TestBacklogReadsTheUnsettledIndexOnly: the backlog gauges are computed
+// at every scrape, so their query must cost what the backlog costs, not what
+// the table does; a form such as unnest … LEFT JOIN orders would scan the
+// whole table.
 func TestBacklogReadsTheUnsettledIndexOnly(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)

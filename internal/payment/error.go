@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 )
 
@@ -21,9 +20,8 @@ var (
 	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
 	// connection error, unreadable response), or answered with a charge that is not the
 	// one requested (ReceiptMismatchError). The outcome is not final: retrying with the same
-	// key is safe and may succeed, it counts as a breaker failure (except a 409, see
-	// Classify), and NotCharged tells
-	// whether the provider may hold a charge. A caller's own cancellation is transient too;
+	// key is safe and may succeed, and it counts as a breaker failure (except a 409, see
+	// Classify); the provider may hold a charge, which FindCharges can tell. A caller's own cancellation is transient too;
 	// tell it apart with errors.Is(err, context.Canceled).
 	ErrTransient = errors.New("payment provider unavailable")
 )
@@ -31,7 +29,7 @@ var (
 // ReceiptMismatchError is the cause (Error.Err, under ErrTransient) of a charge attempt the
 // provider answered 2xx with a succeeded charge for another amount, currency or reference
 // than requested: a key collision or a provider bug. The provider reports that it holds a
-// charge, so the order is neither paid by it nor certainly unpaid (NotCharged is false): it
+// charge, so the order is neither paid by it nor certainly unpaid: it
 // must not be settled either way on this answer. Another attempt with the same key most
 // likely replays the same answer; the charge needs looking into (FindCharges lists what the
 // provider holds for the order, with its amounts).
@@ -62,7 +60,6 @@ type Error struct {
 	Err error
 
 	lookup bool // the error of a lookup (FindCharges), not of a charge attempt
-	conns  int  // connections the transport handed the charge request; see NotCharged
 }
 
 func (e *Error) Error() string {
@@ -132,32 +129,4 @@ func lookupKindOf(status int) error {
 	default:
 		return ErrTransient
 	}
-}
-
-// NotCharged reports whether a failed charge attempt certainly did not charge, which only
-// these prove: the provider declined (402) or rejected (400, 422) the request, or said it did
-// not process it (429 rate limited, 503 unavailable), or the connection could not even be
-// made and no connection had been handed to the request before, so not a byte of it can have
-// reached the provider.
-//
-// Anything else is ambiguous and NotCharged is false: a timeout, a reset or lost response, a
-// 409 (the same key still in flight), a 500, a 2xx that does not match the request
-// (ReceiptMismatchError), a dial error after the transport had already had a connection for
-// the request (net/http may re-send a request by itself, and the first send may have
-// charged), and any answer to a request the transport sent more than once. The provider may
-// then hold a charge; a retry with the same key, or FindCharges, can tell. An error of
-// FindCharges is never NotCharged: a failed lookup proves nothing.
-func NotCharged(err error) bool {
-	var e *Error
-	if !errors.As(err, &e) || e.lookup || e.conns > 1 {
-		return false
-	}
-	switch {
-	case errors.Is(e.Kind, ErrDeclined), errors.Is(e.Kind, ErrPermanent):
-		return true
-	case e.StatusCode == http.StatusTooManyRequests, e.StatusCode == http.StatusServiceUnavailable:
-		return true
-	}
-	var opErr *net.OpError
-	return e.StatusCode == 0 && e.conns == 0 && errors.As(e.Err, &opErr) && opErr.Op == "dial"
 }

@@ -1,14 +1,11 @@
 package payment_test
 
 import (
-	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -91,8 +88,8 @@ func fixedProvider(t *testing.T, status int, body string) *payment.Client {
 }
 
 // A 2xx for a charge other than the one requested means the provider holds a charge: the
-// attempt must be neither a rejection (which would fail the order as provider_rejected) nor
-// NotCharged, and it carries what was asked and what was reported.
+// attempt must not be a rejection (which would fail the order as provider_rejected), and it
+// carries what was asked and what was reported.
 func TestReceiptMismatch(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -118,9 +115,6 @@ func TestReceiptMismatch(t *testing.T) {
 			if errors.Is(err, payment.ErrPermanent) || payment.IsDeclined(err) || !payment.IsTransient(err) {
 				t.Errorf("kind of %v: want ErrTransient only, never a rejection", err)
 			}
-			if payment.NotCharged(err) {
-				t.Errorf("NotCharged(%v) = true, but the provider reports a charge", err)
-			}
 			if got := payment.Classify(err); got != resilience.Transient {
 				t.Errorf("Classify: got %v, want Transient (a breaker failure)", got)
 			}
@@ -142,63 +136,6 @@ func TestNewClientRejectsBadURL(t *testing.T) {
 			t.Errorf("NewClient(%q): got nil error, want one", u)
 		}
 	}
-}
-
-// TestNotCharged separates failures that certainly charged nothing from
-// ambiguous ones, which the worker must never turn into payment_failed.
-func TestNotCharged(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		status int
-		want   bool
-	}{
-		{"declined", http.StatusPaymentRequired, true},
-		{"rejected", http.StatusBadRequest, true},
-		{"rate limited", http.StatusTooManyRequests, true},
-		{"unavailable", http.StatusServiceUnavailable, true},
-		{"same key in flight", http.StatusConflict, false},
-		{"internal error", http.StatusInternalServerError, false},
-		{"gateway timeout", http.StatusGatewayTimeout, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := fixedProvider(t, tt.status, ``).Charge(t.Context(), order("o1"))
-			if got := payment.NotCharged(err); got != tt.want {
-				t.Errorf("NotCharged(%v) = %v, want %v", err, got, tt.want)
-			}
-		})
-	}
-
-	t.Run("connection refused", func(t *testing.T) {
-		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		client, err := payment.NewClient(payment.Config{BaseURL: "http://" + addr})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = client.Charge(t.Context(), order("o1"))
-		if !payment.NotCharged(err) {
-			t.Errorf("NotCharged(%v) = false, want true: nothing was sent", err)
-		}
-	})
-
-	t.Run("timeout", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, time.Second)
-		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-		defer cancel()
-		_, err := b.client.Charge(ctx, order("o1"))
-		if payment.NotCharged(err) {
-			t.Errorf("NotCharged(%v) = true, want false: the provider may be charging", err)
-		}
-	})
 }
 
 // TestInProgressIsNoBreakerFailure: a 409 says another call with the same key is still in
@@ -224,8 +161,8 @@ func TestInProgressIsNoBreakerFailure(t *testing.T) {
 			p := payment.NewProtected(fixedProvider(t, tt.status, `{"error":{"type":"idempotency_error","message":"in progress"}}`), policy)
 			for range 10 {
 				_, err := p.Charge(t.Context(), order("o1"))
-				if !payment.IsTransient(err) || payment.NotCharged(err) {
-					t.Fatalf("err = %v, want ErrTransient and not certainly uncharged", err)
+				if !payment.IsTransient(err) {
+					t.Fatalf("err = %v, want ErrTransient", err)
 				}
 			}
 			if got := policy.State() == resilience.StateOpen; got != tt.wantOpen {

@@ -14,8 +14,8 @@ import (
 // an order never charged gives an empty slice and a nil error. Receipts found this way have
 // Replayed false.
 //
-// The lookup turns an ambiguous charge attempt (a timeout, a lost response, a 409, anything
-// NotCharged does not vouch for) into a certain outcome, and it still works once the provider
+// The lookup turns an ambiguous charge attempt (a timeout, a lost response, a 409, a 5xx)
+// into a certain outcome, and it still works once the provider
 // has forgotten the order's idempotency key: the provider answers from its record of charges.
 // It changes nothing at the provider, so it is always safe to retry.
 //
@@ -23,12 +23,12 @@ import (
 // lookup is never declined: ErrPermanent for 400 and 422 (our request is wrong), ErrTransient
 // for anything else, including an answer that cannot be trusted (unparseable, a charge for
 // another reference, a charge whose outcome is not final). An error never means "not
-// charged"; NotCharged is about charge attempts and says false for every lookup error.
+// charged": a failed lookup proves nothing.
 func (c *Client) FindCharges(ctx context.Context, orderID string) ([]Receipt, error) {
 	receipts, err := c.findCharges(ctx, orderID)
 	if err != nil {
 		if e, ok := errors.AsType[*Error](err); ok {
-			e.lookup = true // NotCharged vouches for charge attempts only
+			e.lookup = true // Classify treats a lookup's 409 apart from a charge's
 		}
 		return nil, fmt.Errorf("find charges of order %s: %w", orderID, err)
 	}

@@ -3,8 +3,7 @@
 // Client speaks the provider protocol and nothing else: Client.Charge makes one charge
 // attempt and classifies its outcome as a receipt or an *Error of kind ErrDeclined,
 // ErrPermanent or ErrTransient; Client.FindCharges looks an order's charges up by reference,
-// which is how an ambiguous attempt becomes a certain outcome; NotCharged tells the failures
-// that prove nothing was charged from those after which the provider may hold a charge.
+// which is how an ambiguous attempt becomes a certain outcome.
 //
 // Protected puts a Client behind the resilience stack of internal/resilience (retry →
 // circuit breaker → bulkhead → per-attempt timeout), with Classify telling the stack which
@@ -27,9 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -44,8 +41,10 @@ const Dependency = "payment"
 
 // Defaults for Config, chosen for a provider on the same network answering in ~200 ms.
 const (
-	// DefaultMaxConns matches the default payment bulkhead (4 concurrent calls), so the
-	// transport never holds more connections than calls the bulkhead lets through.
+	// DefaultMaxConns caps a Client built without a MaxConns of its own at the static
+	// bulkhead's default 4 slots. NewProtectedClient does not use it: it caps connections at
+	// the policy's MaxConcurrency, by default the adaptive limit's maximum of 20, so the
+	// provider may see up to 20 calls at once from each checkout or worker process.
 	DefaultMaxConns              = 4
 	DefaultDialTimeout           = time.Second
 	DefaultTLSHandshakeTimeout   = 2 * time.Second
@@ -191,7 +190,7 @@ func IdempotencyKey(orderID string) string {
 
 // Charge charges req and returns the receipt. A failure is an *Error wrapped with the order id;
 // classify it with errors.Is against ErrDeclined, ErrPermanent and ErrTransient (or IsDeclined,
-// IsTransient), and ask NotCharged whether it proves that nothing was charged. Charge makes
+// IsTransient). Charge makes
 // one attempt, never re-sent by the HTTP transport: retrying is the caller's decision, and is
 // safe with the same key while the provider remembers it.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
@@ -220,20 +219,6 @@ type chargeResult struct {
 }
 
 func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
-	// Count the connections the transport hands this request: once it has had one, some of
-	// the request may have reached the provider, and no later error proves otherwise.
-	var conns atomic.Int32
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { conns.Add(1) },
-	})
-	receipt, err := c.chargeOnce(ctx, req)
-	if e, ok := errors.AsType[*Error](err); ok {
-		e.conns = int(conns.Load())
-	}
-	return receipt, err
-}
-
-func (c *Client) chargeOnce(ctx context.Context, req ChargeRequest) (Receipt, error) {
 	httpReq, err := c.newRequest(ctx, req)
 	if err != nil {
 		return Receipt{}, &Error{Kind: ErrPermanent, Err: err}

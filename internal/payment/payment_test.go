@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 )
 
 // bundle is a client talking over real HTTP to a simulator, the provider the demo runs.

@@ -96,9 +96,9 @@ type breaker struct {
 	rnd           func(int64) int64
 
 	calls callCounters
-	// limit hears each slow call the moment the slow timer fires, the same
-	// signal the slow-call rule counts, so it can shrink before the call
-	// completes. Set once by New, before any call.
+	// limit hears of each call still in flight when it is late (see
+	// limiter.lateAfter), at or before the slow threshold the slow-call rule
+	// counts, so it can shrink before the call completes. Set once by New, before any call.
 	limit       *limiter
 	stateGauge  prometheus.Gauge
 	transitions *prometheus.CounterVec
@@ -404,7 +404,7 @@ func (c *call) startClock() {
 // onTimer runs on the timer's goroutine while the call is still in
 // flight. Reporting now, rather than when the call returns, is what trips
 // the breaker while hung calls are still holding connections (gobreaker
-// #91), and what shrinks the adaptive limit before a hung call has
+// counts a call only once it returns), and what shrinks the adaptive limit before a hung call has
 // completed. A call late for the limit before it is slow for the breaker
 // is reported in two steps.
 func (c *call) onTimer() {

@@ -196,7 +196,7 @@ func (c Config) MaxConcurrency() int {
 	return c.LimitMax
 }
 
-// DefaultConfig returns the defaults DESIGN.md fixes, which are the demo
+// DefaultConfig returns the defaults docs/design.md, "Defaults" fixes, which are the demo
 // values of the article the project follows.
 func DefaultConfig() Config {
 	return Config{
@@ -237,10 +237,10 @@ func DefaultConfig() Config {
 		// a failed probe costs 1.5–2 s of waiting, then 3–4, 6–8, and 7.5–10 s
 		// from the fourth on: a ten-minute outage is probed about 60 times
 		// instead of 500, and a provider that recovers is found within 10 s,
-		// well inside DESIGN.md's 60 s for paying the deferred orders.
+		// well inside the 60 s of docs/design.md, "Invariants", for paying the deferred orders.
 		OpenMax: 10 * time.Second,
 
-		Limit: LimitAdaptive, // DESIGN.md: adaptive by default
+		Limit: LimitAdaptive, // docs/design.md, "Defaults": adaptive by default
 		// Half a healthy call (~200 ms). Until the first call of a fresh
 		// process completes, no limit has evidence that the provider can
 		// take more than its initial 4: at 40 req/s those are taken by
@@ -255,7 +255,7 @@ func DefaultConfig() Config {
 		BulkheadWait: 100 * time.Millisecond,
 		BulkheadSize: 4, // article: 4 concurrent calls (the static limit)
 
-		// DESIGN.md: the adaptive limit starts where the article's bulkhead
+		// docs/design.md, "Defaults": the adaptive limit starts where the article's bulkhead
 		// sits, 4, which is right at 20 req/s and grows within a few round
 		// trips when the load needs more (4 → 12 within the first second of
 		// the healthy 40 req/s run).
@@ -349,7 +349,7 @@ type PoolConfig struct {
 }
 
 // DefaultAPIPool is the pool business routes share: 16 slots, the
-// article's worker pool, and the 1 s queue wait DESIGN.md fixes.
+// article's worker pool, and the 1 s queue wait of docs/design.md, "Defaults".
 func DefaultAPIPool() PoolConfig { return PoolConfig{Size: 16, MaxWait: time.Second} }
 
 // DefaultHealthPool is the separate pool for /health: 4 slots, as in the

@@ -3,7 +3,7 @@
 //
 // A request that needs a dependency (the payment provider, say) goes through
 // a [Policy] named after that dependency. [Do] runs the call through the
-// layers DESIGN.md fixes, outermost first:
+// layers docs/design.md, "Protection stack" fixes, outermost first:
 //
 //	retry → circuit breaker → concurrency limit → per-attempt timeout → call
 //
@@ -19,14 +19,16 @@
 // lacks, added beside it: a count window of the last calls, so it trips on a
 // failure rate as the article's demo does; and a slow-call rule that counts a
 // call as a failure the moment it runs past the slow threshold, while it is
-// still in flight (gobreaker issue #91), so hung calls trip the breaker
-// before they time out instead of piling up.
+// still in flight (gobreaker itself counts a call only once it returns), so
+// hung calls trip the breaker before they time out instead of piling up.
 //
 // The concurrency limit is adaptive by default ([LimitAdaptive]): AIMD
 // between [Config.LimitMin] and [Config.LimitMax], growing while healthy
-// calls press on it and halving on each congested one. It hears the same
-// slow-call signal as the breaker, the moment a call passes the threshold,
-// so a hung dependency shrinks it before any call completes. [LimitStatic]
+// calls press on it and halving on each congested one. It hears of a call
+// when the call is late, before the breaker's slow threshold: at the late
+// factor times the calls' moving average latency, never sooner than half the
+// threshold nor later than it (the threshold itself when there is no
+// average yet). So a hung dependency shrinks it before any call completes. [LimitStatic]
 // is the fixed bulkhead of [Config.BulkheadSize] slots.
 // [Config.MaxConcurrency] is the most calls either ever admits, which an
 // HTTP client's connection cap should follow.

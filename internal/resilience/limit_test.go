@@ -180,7 +180,7 @@ func TestAdaptiveLimitGrowsUnderHealthyLoadUpToMax(t *testing.T) {
 	}
 }
 
-// The cold start DESIGN.md's initial 4 costs at 40 req/s: no call has
+// The cold start the initial 4 of docs/design.md, "Defaults" costs at 40 req/s: no call has
 // completed in the first round trip, so no limit can know the load needs
 // more; from the first completion on, each healthy call adds a slot and
 // every later order gets one.

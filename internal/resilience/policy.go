@@ -48,7 +48,7 @@ type Options struct {
 
 // Policy protects calls to one named dependency. It is safe for concurrent
 // use; build one per dependency and process role (the API and the worker
-// each have their own, as DESIGN.md asks) and share it.
+// each have their own, as docs/design.md, "Protection stack" asks) and share it.
 type Policy struct {
 	name     string
 	cfg      Config

@@ -28,10 +28,10 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 	"github.com/resilientcheckout/checkout/internal/worker"
 )
@@ -235,7 +235,7 @@ func startCheckout(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.Tra
 	}
 	srv := httptest.NewServer(api.NewServer(api.Deps{
 		Logger: log, Registry: reg, Metrics: apiMetrics,
-		Orders:   order.NewService(pool, payer.New(provider), jobs, order.DefaultConfig(), log),
+		Orders:   order.NewService(pool, orderpayment.New(provider), jobs, order.DefaultConfig(), log),
 		Database: func(ctx context.Context) error { return pool.Ping(ctx) },
 		APIPool:  apiPool.Middleware, HealthPool: healthPool.Middleware,
 		TracerProvider: tp,
@@ -252,7 +252,7 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.Trace
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(pool, payer.New(provider), worker.Config{
+	w, err := worker.New(pool, orderpayment.New(provider), worker.Config{
 		Concurrency:          4,
 		Charge:               worker.DefaultChargePolicy(),
 		Schedule:             worker.DefaultSchedule(),

@@ -42,7 +42,7 @@ import (
 //
 // An order therefore never fails while the provider holds a charge for it,
 // and no charge is sent under a key the provider may have forgotten
-// (DESIGN.md invariants 7 and 8).
+// (docs/design.md, "Invariants").
 type ChargeWorker struct {
 	river.WorkerDefaults[order.ChargeArgs]
 

@@ -20,11 +20,11 @@ import (
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
 // workerBundle is a real River worker on a fresh database, charging through
@@ -66,7 +66,7 @@ func newPayer(t *testing.T, url string, cfg resilience.Config) order.Payer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return payer.New(client)
+	return orderpayment.New(client)
 }
 
 // start runs a River client with the charge worker until the test ends;
@@ -339,10 +339,11 @@ func TestWorkerFailsOrderOnlyWhenTheProviderHoldsNoCharge(t *testing.T) {
 	}
 }
 
-// TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged is issue 17's
-// first defect: the API's own attempt charged but lost the answer, and every
-// later attempt failed "certainly" (a dial error). The old give-up rule
-// looked at the last attempt only and failed a charged order.
+// TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged: the API's own
+// attempt charged but lost the answer, and every later attempt failed with
+// a dial error, which looks certain. A give-up rule that looked at the last
+// attempt only would fail a charged order; the worker settles it from the
+// lookup.
 func TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t)
@@ -371,8 +372,7 @@ func TestWorkerSettlesFromTheLookupAnOrderTheProviderCharged(t *testing.T) {
 	}
 }
 
-// TestWorkerNeverChargesUnderAForgottenKey is issue 17's third defect: the
-// provider forgot the order's key (a ledger of 3 keys), so a retry would be
+// TestWorkerNeverChargesUnderAForgottenKey: the provider forgot the order's key (a ledger of 3 keys), so a retry would be
 // a second charge. Past the key retention the worker looks up instead.
 func TestWorkerNeverChargesUnderAForgottenKey(t *testing.T) {
 	t.Parallel()
@@ -456,8 +456,7 @@ func TestWorkerDatabaseFailureAfterGivingUpKeepsTheJob(t *testing.T) {
 	}
 }
 
-// TestChargeJobsOutliveRiversRescuer is issue 17's sixth defect: River's
-// rescuer discards a job whose worker died during attempt max_attempts.
+// TestChargeJobsOutliveRiversRescuer: River's rescuer discards a job whose worker died during attempt max_attempts.
 // The worker gives up by its own count, far below River's limit, so a
 // rescued job is always retried.
 func TestChargeJobsOutliveRiversRescuer(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 )
 
 // SweepArgs is the periodic job that gives unsettled orders without a live
-// charge job one. It keeps DESIGN.md's invariant 2 ("every unsettled order
+// charge job one. It keeps an invariant of docs/design.md, "Invariants" ("every unsettled order
 // reaches a terminal state with no manual step") in two cases:
 //
 //   - pending orders whose placing request died (process killed, database

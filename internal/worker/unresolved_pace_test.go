@@ -9,7 +9,7 @@ import (
 // TestUnresolvedOrderIsAskedAgainWithinAMinute (found by the chaos soak):
 // past GiveUpAfter, one failed lookup (a provider 500, which does not open
 // the breaker) must not park the order's job for the 10-minute retry
-// ceiling, whatever the provider does next. DESIGN.md: the provider healthy
+// ceiling, whatever the provider does next. docs/design.md, "Invariants": the provider healthy
 // again → every pending_payment order settled within 60 s.
 // The chaos soak (make chaos, CHARGE_GIVE_UP_AFTER=3) meets such orders
 // every run; in production they are one to two hours old.

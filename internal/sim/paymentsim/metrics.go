@@ -1,0 +1,135 @@
+package paymentsim
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
+)
+
+// outcome labels how a charge or lookup request ended, in metrics. Besides the outcomes common
+// to both simulators (simulator.OutcomeInvalid and the others), the provider has these.
+type outcome = simulator.Outcome
+
+const (
+	outcomeSucceeded        outcome = "succeeded"
+	outcomeDeclined         outcome = "declined"
+	outcomeReplayed         outcome = "replayed"
+	outcomeConflict         outcome = "conflict"
+	outcomeMismatch         outcome = "mismatch"
+	outcomeRefused          outcome = "refused"
+	outcomeResetAfterCharge outcome = "reset_after_charge"
+	outcomeFound            outcome = "found" // a lookup answered 200, with or without charges
+)
+
+// metrics are the charge request metrics every simulator has, and the lookups and the
+// highest in-flight count that only the provider has.
+type metrics struct {
+	*simulator.RequestMetrics
+	lookups     *prometheus.CounterVec
+	maxInFlight prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		RequestMetrics: simulator.NewRequestMetrics(reg,
+			prometheus.CounterOpts{Name: "paymentsim_charge_requests_total", Help: "Charge requests by outcome."},
+			prometheus.GaugeOpts{
+				Name: "paymentsim_charge_requests_in_flight",
+				Help: "Charge requests being processed, including those whose client has gone.",
+			},
+			prometheus.HistogramOpts{
+				Name: "paymentsim_charge_duration_seconds",
+				Help: "Time spent on a charge request, whatever its outcome.",
+				// From 5 ms to ~20 s: covers the 200 ms normal latency and the experiment's 10 s slow phase.
+				Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
+			}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsim_lookup_requests_total",
+			Help: "Charge lookups by reference (GET /v1/charges), by outcome.",
+		}, []string{"outcome"}),
+		maxInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paymentsim_charge_requests_in_flight_max",
+			Help: "Most charge requests processed at once since start or the last reset.",
+		}),
+	}
+	reg.MustRegister(m.lookups, m.maxInFlight)
+	return m
+}
+
+func (m *metrics) observeLookup(o outcome) {
+	m.lookups.WithLabelValues(string(o)).Inc()
+}
+
+// inflight counts charge requests being processed and remembers the highest count, the
+// figure that shows whether checkout's bulkhead protected the provider — overall, and while
+// a fault was active: what a struggling provider had piled on it, without the recovery
+// traffic that follows (a hung request stays counted until it ends, long after its fault).
+type inflight struct {
+	mu       sync.Mutex
+	n, max   int
+	faultMax int
+	idleCh   chan struct{} // closed while n == 0
+	metrics  *metrics
+}
+
+func newInflight(m *metrics) *inflight {
+	idle := make(chan struct{})
+	close(idle)
+	return &inflight{idleCh: idle, metrics: m}
+}
+
+// add counts one request in and returns the func that counts it out. duringFault says a
+// fault is active as it arrives; the count only grows on arrivals, so the highest count
+// seen on arrivals during faults is the highest while they were active.
+func (f *inflight) add(duringFault bool) (done func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.idleCh = make(chan struct{})
+	}
+	f.n++
+	f.max = max(f.max, f.n)
+	if duringFault {
+		f.faultMax = max(f.faultMax, f.n)
+	}
+	f.publish()
+	return f.remove
+}
+
+func (f *inflight) remove() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 {
+		close(f.idleCh)
+	}
+	f.publish()
+}
+
+func (f *inflight) publish() {
+	f.metrics.InFlight.Set(float64(f.n))
+	f.metrics.maxInFlight.Set(float64(f.max))
+}
+
+func (f *inflight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.idleCh
+}
+
+func (f *inflight) counts() (n, highest, highestDuringFault int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n, f.max, f.faultMax
+}
+
+// resetMax restarts the maximum from the current count, not zero: requests still in flight
+// are part of the next experiment's load. No fault has been seen since.
+func (f *inflight) resetMax() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.max, f.faultMax = f.n, 0
+	f.publish()
+}

@@ -1,0 +1,132 @@
+// Package paymentsim simulates the outside payment provider that checkout charges.
+//
+// It serves the provider protocol (POST /v1/charges, GET /v1/charges?reference=…) the way a
+// real provider does: a bounded Idempotency-Key cache, replays of finished requests, a record
+// of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
+// latency that grows once more charges arrive than it has capacity for (see scaledLatency),
+// and charges that complete even when the caller has already given up. Faults (latency,
+// errors, hangs, outages, refused connections, lost responses, reduced capacity) can be
+// switched on, or scheduled, at runtime through an admin API, so the demo, the experiment and
+// the tests can break the provider on purpose and watch checkout cope.
+//
+// The package deliberately shares no code with internal/payment, the client: shared protocol
+// code would mirror a bug on both sides and hide it from the tests.
+package paymentsim
+
+import (
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
+)
+
+// Defaults for Config. The latency is the "provider answers in ~200 ms" figure of the article
+// this project reproduces.
+const (
+	DefaultLatency   = 200 * time.Millisecond
+	DefaultJitter    = 20 * time.Millisecond
+	DefaultLedgerCap = 100_000
+	// DefaultChargeCapFactor sizes the charge record against the key cache when
+	// Config.ChargeCap is zero: ten times as many charges as keys, so a lookup still finds a
+	// charge long after its key is forgotten (at 40 charges/s the default 100,000 keys last
+	// ~42 minutes and 1,000,000 charges ~7 hours). A kept charge costs ≈ 280 bytes (measured
+	// with 36-character references), so the default record tops out near 270 MB.
+	DefaultChargeCapFactor = 10
+)
+
+// Config configures a Simulator. Latency, Jitter and Capacity are used as given (zero means
+// instant answers and no capacity limit, which tests rely on); the other zero values pick a
+// default.
+type Config struct {
+	// Latency is how long processing a charge takes before any injected fault latency.
+	Latency time.Duration
+	// Jitter spreads Latency uniformly over [Latency-Jitter, Latency+Jitter].
+	Jitter time.Duration
+	// LedgerCap bounds the idempotency keys kept in memory; the oldest are evicted first. A
+	// key evicted while its charge is still processing, or reused after eviction, is
+	// processed as new, as with a provider whose keys expired.
+	LedgerCap int
+	// ChargeCap bounds the successful charges kept for lookups by reference, the oldest
+	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
+	// is raised to it, so a charge is never forgotten before its key.
+	ChargeCap int
+	// Capacity is how many charges the provider processes at full speed at once; beyond it
+	// every charge slows down with the queue (see scaledLatency). Zero means unlimited, which
+	// tests rely on; the binary's default is DefaultCapacity. A "capacity" fault overrides it.
+	Capacity int
+	// AdminToken, when set, must be sent as "Authorization: Bearer <token>" to the admin API.
+	AdminToken string
+	// Logger receives one line per fault change; nil discards.
+	Logger *slog.Logger
+	// Random returns a number in [0, 1) for jitter and error rates; tests inject a fixed one.
+	Random func() float64
+}
+
+// Simulator is the payment provider. It is an http.Handler serving the protocol, /health,
+// /metrics and the admin API under /admin/.
+type Simulator struct {
+	cfg      Config
+	srv      *simulator.Server[Fault]
+	ledger   *ledger
+	inflight *inflight
+	// processing counts the charges in the capacity model's workers (see scaledLatency).
+	processing atomic.Int64
+	metrics    *metrics
+}
+
+// New returns a Simulator with an empty ledger and no faults.
+func New(cfg Config) *Simulator {
+	if cfg.LedgerCap <= 0 {
+		cfg.LedgerCap = DefaultLedgerCap
+	}
+	if cfg.ChargeCap <= 0 {
+		cfg.ChargeCap = DefaultChargeCapFactor * cfg.LedgerCap
+	}
+	cfg.ChargeCap = max(cfg.ChargeCap, cfg.LedgerCap)
+	s := &Simulator{
+		cfg: cfg,
+		srv: simulator.NewServer[Fault](simulator.Options{
+			Name: "paymentsim", AdminToken: cfg.AdminToken, MaxAdminBody: maxBodyBytes,
+			Logger: cfg.Logger, Random: cfg.Random,
+		}),
+		ledger: newLedger(cfg.LedgerCap, cfg.ChargeCap),
+	}
+	s.metrics = newMetrics(s.srv.Registry)
+	s.srv.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "paymentsim_duplicate_references",
+		Help: "References (order ids) charged successfully more than once since start or the last reset; must stay 0.",
+	}, func() float64 { return float64(s.ledger.duplicateReferences()) }))
+	s.inflight = newInflight(s.metrics)
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.srv.ServeHTTP(w, r)
+}
+
+// Idle returns a channel that is closed once no charge request is being processed. Requests
+// keep processing after their client has gone, so shutdown and tests wait on it to know every
+// charge has been recorded.
+func (s *Simulator) Idle() <-chan struct{} {
+	return s.inflight.idle()
+}
+
+// Stats returns the ledger statistics served by GET /admin/stats.
+func (s *Simulator) Stats() Stats {
+	st := s.ledger.stats()
+	st.InFlight, st.MaxInFlight, st.MaxInFlightDuringFault = s.inflight.counts()
+	return st
+}
+
+// Reset forgets every idempotency key and charge and restarts the max in-flight counts, so
+// experiments can be repeated on a clean provider. Faults are left as they are.
+func (s *Simulator) Reset() {
+	s.ledger.reset()
+	s.inflight.resetMax()
+}
