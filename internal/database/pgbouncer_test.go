@@ -23,10 +23,10 @@ import (
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
-	"github.com/resilientcheckout/checkout/internal/payer"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
-	"github.com/resilientcheckout/checkout/internal/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 	"github.com/resilientcheckout/checkout/internal/worker"
 )
 
@@ -146,7 +146,7 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := order.NewService(apiDB, payer.New(client), inserter, order.DefaultConfig(), log)
+	svc := order.NewService(apiDB, orderpayment.New(client), inserter, order.DefaultConfig(), log)
 
 	// An order whose checkout process died mid-request: pending, with no
 	// job, placed before the worker starts. The worker's sweep gives it one.
@@ -167,7 +167,7 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(workerDB, payer.New(workerClient), worker.Config{
+	w, err := worker.New(workerDB, orderpayment.New(workerClient), worker.Config{
 		Concurrency: 4, Charge: worker.DefaultChargePolicy(), Schedule: worker.DefaultSchedule(),
 		RescueStuckJobsAfter: time.Minute, KeyRetention: idempotency.MinRetention, PruneInterval: time.Hour,
 		ShutdownTimeout: 5 * time.Second, PollOnly: true,
