@@ -51,6 +51,9 @@ type Config struct {
 	// newly available job then waits for the next fetch (River's
 	// FetchPollInterval, 1 s).
 	PollOnly bool
+	// Ledger tunes the walk of the provider's charge list (LedgerReconciler);
+	// a zero Interval turns it off.
+	Ledger LedgerConfig
 	// Plugins are River plugins for the worker's client, e.g.
 	// telemetry.RiverPlugin: its work spans link each charge to the
 	// request that deferred the order.
@@ -65,9 +68,9 @@ type Worker struct {
 	log     *slog.Logger
 }
 
-// New builds the worker on db, charging through payer, with its metrics on
-// reg.
-func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Worker, error) {
+// New builds the worker on db, charging through payer and reconciling the
+// provider's charge list charges with the orders, with its metrics on reg.
+func New(db *pgxpool.Pool, payer order.Payer, charges ChargeList, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Worker, error) {
 	metrics, err := NewMetrics(reg, db)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -78,15 +81,24 @@ func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registe
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, NewChargeWorker(db, payer, cfg.Charge, metrics, log))
+	periodic := append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval))
+	if charges != nil && cfg.Ledger.Interval > 0 {
+		ledger, err := NewLedgerReconciler(db, charges, cfg.Ledger, reg, log)
+		if err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		river.AddWorker(workers, ledger)
+		periodic = append(periodic, PeriodicLedger(cfg.Ledger))
+	}
 	river.AddWorker(workers, sweeper)
 	river.AddWorker(workers, idempotency.NewPruneWorker(db, cfg.KeyRetention, log))
 	jobs, err := river.NewClient(riverpgxv5.New(db), &river.Config{
 		Queues: map[string]river.QueueConfig{
 			order.QueuePayments: {MaxWorkers: cfg.Concurrency},
-			river.QueueDefault:  {MaxWorkers: 1}, // housekeeping: sweeps, pruning keys
+			river.QueueDefault:  {MaxWorkers: 1}, // housekeeping: sweeps, pruning keys, the ledger walk
 		},
 		Workers:              workers,
-		PeriodicJobs:         append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval)),
+		PeriodicJobs:         periodic,
 		JobTimeout:           ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
 		PollOnly:             cfg.PollOnly,
