@@ -229,6 +229,9 @@ func TestLedgerResumesFromItsWatermark(t *testing.T) {
 	if got := testutil.ToFloat64(restarted.findings.WithLabelValues(FindingNoOrder)); got != 3 {
 		t.Errorf("the restarted walk reported %v findings, want the 3 the first did not", got)
 	}
+	if got := testutil.ToFloat64(restarted.checked); got != 3 {
+		t.Errorf("the restarted walk checked %v charges, want the 3 after the stored watermark", got)
+	}
 	late := uuid.NewString()
 	b.charge(t, late)
 	if err := b.work(t, restarted); err != nil {
