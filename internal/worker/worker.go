@@ -26,6 +26,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/resilientcheckout/checkout/internal/idempotency"
+	"github.com/resilientcheckout/checkout/internal/ledger"
 	"github.com/resilientcheckout/checkout/internal/order"
 )
 
@@ -51,9 +52,9 @@ type Config struct {
 	// newly available job then waits for the next fetch (River's
 	// FetchPollInterval, 1 s).
 	PollOnly bool
-	// Ledger tunes the walk of the provider's charge list (LedgerReconciler);
+	// Ledger tunes the walk of the provider's charge list (ledger.Reconciler);
 	// a zero Interval turns it off.
-	Ledger LedgerConfig
+	Ledger ledger.Config
 	// Plugins are River plugins for the worker's client, e.g.
 	// telemetry.RiverPlugin: its work spans link each charge to the
 	// request that deferred the order.
@@ -70,7 +71,7 @@ type Worker struct {
 
 // New builds the worker on db, charging through payer and reconciling the
 // provider's charge list charges with the orders, with its metrics on reg.
-func New(db *pgxpool.Pool, payer order.Payer, charges ChargeList, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Worker, error) {
+func New(db *pgxpool.Pool, payer order.Payer, charges ledger.ChargeList, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Worker, error) {
 	metrics, err := NewMetrics(reg, db)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -83,12 +84,12 @@ func New(db *pgxpool.Pool, payer order.Payer, charges ChargeList, cfg Config, re
 	river.AddWorker(workers, NewChargeWorker(db, payer, cfg.Charge, metrics, log))
 	periodic := append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval))
 	if charges != nil && cfg.Ledger.Interval > 0 {
-		ledger, err := NewLedgerReconciler(db, charges, cfg.Ledger, reg, log)
+		reconciler, err := ledger.New(db, charges, cfg.Ledger, reg, log)
 		if err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
-		river.AddWorker(workers, ledger)
-		periodic = append(periodic, PeriodicLedger(cfg.Ledger))
+		river.AddWorker(workers, reconciler)
+		periodic = append(periodic, ledger.Periodic(cfg.Ledger))
 	}
 	river.AddWorker(workers, sweeper)
 	river.AddWorker(workers, idempotency.NewPruneWorker(db, cfg.KeyRetention, log))

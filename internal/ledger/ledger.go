@@ -1,4 +1,7 @@
-package worker
+// Package ledger reconciles the payment provider's ledger with the orders
+// table: a periodic River job of the worker walks the provider's charge list
+// and records every charge that no paid order accounts for.
+package ledger
 
 import (
 	"context"
@@ -33,8 +36,8 @@ type ChargeList interface {
 	ListCharges(ctx context.Context, q payment.ListQuery) (payment.ChargePage, error)
 }
 
-// LedgerConfig tunes the walk.
-type LedgerConfig struct {
+// Config tunes the walk.
+type Config struct {
 	// Interval is how often the walk runs (LEDGER_RECONCILE_INTERVAL).
 	Interval time.Duration
 	// Grace is how long an unsettled order the provider charged is left to
@@ -47,40 +50,40 @@ type LedgerConfig struct {
 	Lookback time.Duration
 }
 
-// DefaultLedgerConfig: a walk a minute finds a lost order's charge within
+// DefaultConfig: a walk a minute finds a lost order's charge within
 // about a minute of the database's return; two minutes of grace exceed the
 // sweep's recovery of an order whose settle was lost (10 s + 5 s + pickup)
 // many times over; a first walk reads a day back, the provider's key
 // retention.
-func DefaultLedgerConfig() LedgerConfig {
-	return LedgerConfig{Interval: time.Minute, Grace: 2 * time.Minute, Lookback: 24 * time.Hour}
+func DefaultConfig() Config {
+	return Config{Interval: time.Minute, Grace: 2 * time.Minute, Lookback: 24 * time.Hour}
 }
 
 // Kinds of finding.
 const (
-	// FindingNoOrder: the charge's reference is no stored order.
-	FindingNoOrder = "no_order"
-	// FindingOrderFailed: the order is payment_failed, yet charged.
-	FindingOrderFailed = "order_failed"
-	// FindingSecondCharge: the order is paid by another charge.
-	FindingSecondCharge = "second_charge"
-	// FindingSettled: the order was unsettled past the grace; the walk
+	// NoOrder: the charge's reference is no stored order.
+	NoOrder = "no_order"
+	// OrderFailed: the order is payment_failed, yet charged.
+	OrderFailed = "order_failed"
+	// SecondCharge: the order is paid by another charge.
+	SecondCharge = "second_charge"
+	// Settled: the order was unsettled past the grace; the walk
 	// settled it as paid by this charge. Resolved: nothing for a person.
-	FindingSettled = "settled_paid"
+	Settled = "settled_paid"
 )
 
-// LedgerArgs is the periodic job that walks the charge list.
-type LedgerArgs struct{}
+// Args is the periodic job that walks the charge list.
+type Args struct{}
 
 // Kind is the job kind River stores and routes by.
-func (LedgerArgs) Kind() string { return "reconcile_provider_ledger" }
+func (Args) Kind() string { return "reconcile_provider_ledger" }
 
-// LedgerReconciler runs LedgerArgs jobs.
-type LedgerReconciler struct {
-	river.WorkerDefaults[LedgerArgs]
+// Reconciler runs Args jobs.
+type Reconciler struct {
+	river.WorkerDefaults[Args]
 	db       *pgxpool.Pool
 	charges  ChargeList
-	cfg      LedgerConfig
+	cfg      Config
 	log      *slog.Logger
 	findings *prometheus.CounterVec
 	checked  prometheus.Counter
@@ -95,9 +98,9 @@ const (
 	ledgerPages = 100
 )
 
-// NewLedgerReconciler returns the worker; reg receives its metrics.
-func NewLedgerReconciler(db *pgxpool.Pool, charges ChargeList, cfg LedgerConfig, reg prometheus.Registerer, log *slog.Logger) (*LedgerReconciler, error) {
-	r := &LedgerReconciler{db: db, charges: charges, cfg: cfg, log: log, now: time.Now, pageSize: ledgerPage,
+// New returns the reconciler, a River worker; reg receives its metrics.
+func New(db *pgxpool.Pool, charges ChargeList, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Reconciler, error) {
+	r := &Reconciler{db: db, charges: charges, cfg: cfg, log: log, now: time.Now, pageSize: ledgerPage,
 		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "checkout_ledger_findings_total",
 			Help: "Provider charges that no paid order accounts for, found by the ledger reconciliation, by kind: no_order, order_failed and second_charge need a person; settled_paid was resolved.",
@@ -112,16 +115,16 @@ func NewLedgerReconciler(db *pgxpool.Pool, charges ChargeList, cfg LedgerConfig,
 			return nil, err
 		}
 	}
-	for _, k := range []string{FindingNoOrder, FindingOrderFailed, FindingSecondCharge, FindingSettled} {
+	for _, k := range []string{NoOrder, OrderFailed, SecondCharge, Settled} {
 		r.findings.WithLabelValues(k) // exported at 0 from the start, for alerts
 	}
 	return r, nil
 }
 
-// PeriodicLedger schedules the walk, once at start too.
-func PeriodicLedger(cfg LedgerConfig) *river.PeriodicJob {
+// Periodic schedules the walk, once at start too.
+func Periodic(cfg Config) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(cfg.Interval),
-		func() (river.JobArgs, *river.InsertOpts) { return LedgerArgs{}, nil },
+		func() (river.JobArgs, *river.InsertOpts) { return Args{}, nil },
 		&river.PeriodicJobOpts{ID: "reconcile_provider_ledger", RunOnStart: true})
 }
 
@@ -135,7 +138,7 @@ type watermark struct {
 // Each page's findings, settles and the new watermark commit together, so
 // a walk cut short (a crash, a provider that fails) resumes after the last
 // page it finished, and a page walked twice finds nothing new.
-func (r *LedgerReconciler) Work(ctx context.Context, _ *river.Job[LedgerArgs]) error {
+func (r *Reconciler) Work(ctx context.Context, _ *river.Job[Args]) error {
 	wm, err := r.watermark(ctx)
 	if err != nil {
 		return err
@@ -169,7 +172,7 @@ func (r *LedgerReconciler) Work(ctx context.Context, _ *river.Job[LedgerArgs]) e
 // checkPage checks charges in order and commits what it found with the
 // watermark of the last one checked. It stops (done) at a charge for an
 // unsettled order still within its grace: the next run checks it again.
-func (r *LedgerReconciler) checkPage(ctx context.Context, wm watermark, charges []payment.ListedCharge) (watermark, bool, error) {
+func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []payment.ListedCharge) (watermark, bool, error) {
 	done := false
 	var found []finding
 	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
@@ -213,15 +216,15 @@ type finding struct {
 
 // check classifies one charge against its order. wait: the order is
 // unsettled and within its grace.
-func (r *LedgerReconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge) (*finding, bool, error) {
+func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge) (*finding, bool, error) {
 	id, err := uuid.Parse(ch.Reference)
 	if err != nil {
-		return &finding{charge: ch, kind: FindingNoOrder}, false, nil
+		return &finding{charge: ch, kind: NoOrder}, false, nil
 	}
 	o, err := order.Get(ctx, tx, id)
 	switch {
 	case errors.Is(err, order.ErrNotFound):
-		return &finding{charge: ch, kind: FindingNoOrder}, false, nil
+		return &finding{charge: ch, kind: NoOrder}, false, nil
 	case err != nil:
 		return nil, false, err
 	}
@@ -230,9 +233,9 @@ func (r *LedgerReconciler) check(ctx context.Context, tx pgx.Tx, ch payment.List
 		if o.ChargeID == ch.ID {
 			return nil, false, nil
 		}
-		return &finding{charge: ch, kind: FindingSecondCharge, orderStatus: o.Status}, false, nil
+		return &finding{charge: ch, kind: SecondCharge, orderStatus: o.Status}, false, nil
 	case order.StatusPaymentFailed:
-		return &finding{charge: ch, kind: FindingOrderFailed, orderStatus: o.Status}, false, nil
+		return &finding{charge: ch, kind: OrderFailed, orderStatus: o.Status}, false, nil
 	}
 	if r.now().Sub(o.UpdatedAt) < r.cfg.Grace {
 		return nil, true, nil
@@ -244,7 +247,7 @@ func (r *LedgerReconciler) check(ctx context.Context, tx pgx.Tx, ch payment.List
 	if !changed { // settled meanwhile: checked again next run
 		return nil, true, nil
 	}
-	return &finding{charge: ch, kind: FindingSettled, orderStatus: settled.Status}, false, nil
+	return &finding{charge: ch, kind: Settled, orderStatus: settled.Status}, false, nil
 }
 
 // recordFinding stores f unless an earlier walk found it.
@@ -266,13 +269,13 @@ func recordFinding(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge, f *f
 }
 
 // report counts and logs a finding once.
-func (r *LedgerReconciler) report(ctx context.Context, f finding) {
+func (r *Reconciler) report(ctx context.Context, f finding) {
 	if !f.recorded {
 		return
 	}
 	r.findings.WithLabelValues(f.kind).Inc()
 	level, msg := slog.LevelError, "provider charge that no paid order accounts for; a person must decide (refund or fulfil)"
-	if f.kind == FindingSettled {
+	if f.kind == Settled {
 		level, msg = slog.LevelWarn, "provider charge for an order left unsettled; settled it as paid"
 	}
 	r.log.Log(ctx, level, msg, "kind", f.kind, "charge_id", f.charge.ID, "reference", f.charge.Reference,
@@ -281,7 +284,7 @@ func (r *LedgerReconciler) report(ctx context.Context, f finding) {
 
 // watermark loads where the last walk stopped; with none, a first walk
 // starts Lookback ago.
-func (r *LedgerReconciler) watermark(ctx context.Context) (watermark, error) {
+func (r *Reconciler) watermark(ctx context.Context) (watermark, error) {
 	var wm watermark
 	err := r.db.QueryRow(ctx, `SELECT last_charge_id, last_created FROM ledger_watermark WHERE provider = 'payment'`).Scan(&wm.chargeID, &wm.created)
 	if errors.Is(err, pgx.ErrNoRows) {

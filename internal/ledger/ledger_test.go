@@ -1,11 +1,11 @@
-package worker
+package ledger
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"log/slog"
+	"net/http"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -29,7 +29,7 @@ type ledgerBundle struct {
 	simURL string
 	db     *pgxpool.Pool
 	client *payment.Client
-	r      *LedgerReconciler
+	r      *Reconciler
 }
 
 func setupLedger(t *testing.T, pageSize int) *ledgerBundle {
@@ -46,11 +46,11 @@ func setupLedger(t *testing.T, pageSize int) *ledgerBundle {
 
 // reconciler is a new reconciler on b's database, as a restarted worker
 // builds one.
-func (b *ledgerBundle) reconciler(t *testing.T, charges ChargeList, pageSize int) *LedgerReconciler {
+func (b *ledgerBundle) reconciler(t *testing.T, charges ChargeList, pageSize int) *Reconciler {
 	t.Helper()
-	cfg := DefaultLedgerConfig()
+	cfg := DefaultConfig()
 	cfg.Grace = time.Minute
-	r, err := NewLedgerReconciler(b.db, charges, cfg, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	r, err := New(b.db, charges, cfg, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func (b *ledgerBundle) order(t *testing.T, id uuid.UUID, status order.Status, ch
 	return id
 }
 
-func (b *ledgerBundle) work(t *testing.T, r *LedgerReconciler) error {
+func (b *ledgerBundle) work(t *testing.T, r *Reconciler) error {
 	t.Helper()
 	return r.Work(context.Background(), nil)
 }
@@ -153,8 +153,8 @@ func TestLedgerFindsEveryChargeNoPaidOrderAccountsFor(t *testing.T) {
 	if err := b.work(t, b.r); err != nil {
 		t.Fatal(err)
 	}
-	want := sorted(FindingNoOrder+" "+lost.String(), FindingOrderFailed+" "+failed.String(),
-		FindingSecondCharge+" "+twice.String(), FindingSettled+" "+stuck.String(), FindingNoOrder+" not-an-order-id")
+	want := sorted(NoOrder+" "+lost.String(), OrderFailed+" "+failed.String(),
+		SecondCharge+" "+twice.String(), Settled+" "+stuck.String(), NoOrder+" not-an-order-id")
 	if got := b.findings(t); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("findings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -211,7 +211,7 @@ func TestLedgerResumesFromItsWatermark(t *testing.T) {
 	for range 5 {
 		id := uuid.NewString()
 		b.charge(t, id)
-		lost = append(lost, FindingNoOrder+" "+id)
+		lost = append(lost, NoOrder+" "+id)
 	}
 	if err := b.work(t, b.reconciler(t, &failingAfter{ChargeList: b.client, limit: 1}, 2)); err == nil {
 		t.Fatal("a walk whose provider failed on its second page reported no error")
@@ -226,7 +226,7 @@ func TestLedgerResumesFromItsWatermark(t *testing.T) {
 	if got, want := b.findings(t), sorted(lost...); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("after the restart: %v, want each lost charge once: %v", got, want)
 	}
-	if got := testutil.ToFloat64(restarted.findings.WithLabelValues(FindingNoOrder)); got != 3 {
+	if got := testutil.ToFloat64(restarted.findings.WithLabelValues(NoOrder)); got != 3 {
 		t.Errorf("the restarted walk reported %v findings, want the 3 the first did not", got)
 	}
 	if got := testutil.ToFloat64(restarted.checked); got != 3 {
@@ -237,7 +237,7 @@ func TestLedgerResumesFromItsWatermark(t *testing.T) {
 	if err := b.work(t, restarted); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(restarted.findings.WithLabelValues(FindingNoOrder)); got != 4 {
+	if got := testutil.ToFloat64(restarted.findings.WithLabelValues(NoOrder)); got != 4 {
 		t.Errorf("after a charge made since: %v findings reported, want 4", got)
 	}
 }
@@ -305,7 +305,7 @@ func TestLedgerWaitsForAnOrdersOwnRecovery(t *testing.T) {
 	if err := b.work(t, b.r); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := b.findings(t), []string{FindingNoOrder + " " + after}; strings.Join(got, ",") != strings.Join(want, ",") {
+	if got, want := b.findings(t), []string{NoOrder + " " + after}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("after the order was settled: %v, want only %v", got, want)
 	}
 }
