@@ -27,7 +27,7 @@ func main() {
 	}
 }
 
-const usage = "usage: checkout [serve|migrate|healthcheck|breaker]"
+const usage = "usage: checkout [serve|migrate|healthcheck|breaker|reconcile]"
 
 // run is main with its dependencies passed in, so tests start the real
 // wiring in-process on port :0.
@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return health.Probe(ctx, cfg.HTTPAddr)
 	case "breaker":
 		return breaker(ctx, cfg, args[2:], stdout, stderr)
+	case "reconcile":
+		return reconcile(ctx, cfg, stdout)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return errors.New("unknown command " + command)

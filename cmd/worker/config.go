@@ -9,6 +9,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/envconfig"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
+	"github.com/resilientcheckout/checkout/internal/ledger"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
@@ -55,7 +56,7 @@ func workerResilienceDefaults() resilience.Config {
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
-	charge, schedule := worker.DefaultChargePolicy(), worker.DefaultSchedule()
+	charge, schedule, walk := worker.DefaultChargePolicy(), worker.DefaultSchedule(), ledger.DefaultConfig()
 	shutdownTimeout := env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute)
 	// The worker is always protected (see workerResilienceDefaults); a
 	// value meant for checkout's experiment must not pass silently here.
@@ -88,6 +89,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 			// Must exceed the job timeout (checkTimings): River rescues a
 			// job only once it has run this long, so a worker killed
 			// mid-charge has its job retried.
+			Ledger: ledger.Config{
+				Interval: env.Duration("LEDGER_RECONCILE_INTERVAL", walk.Interval, time.Second, 24*time.Hour),
+				Grace:    env.Duration("LEDGER_RECONCILE_GRACE", walk.Grace, time.Second, 24*time.Hour),
+				Lookback: env.Duration("LEDGER_RECONCILE_LOOKBACK", walk.Lookback, time.Minute, 365*24*time.Hour),
+			},
 			RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, time.Second, time.Hour),
 			KeyRetention:         env.Duration("IDEMPOTENCY_KEY_RETENTION", idempotency.MinRetention, idempotency.MinRetention, 365*24*time.Hour),
 			PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),

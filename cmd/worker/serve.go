@@ -60,7 +60,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		}
 		defer stop()
 	}
-	w, err := worker.New(pool, orderpayment.New(provider), cfg.Worker, reg, logger)
+	w, err := worker.New(pool, orderpayment.New(provider), provider, cfg.Worker, reg, logger)
 	if err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(workerDB, orderpayment.New(workerClient), worker.Config{
+	w, err := worker.New(workerDB, orderpayment.New(workerClient), nil, worker.Config{
 		Concurrency: 4, Charge: worker.DefaultChargePolicy(), Schedule: worker.DefaultSchedule(),
 		RescueStuckJobsAfter: time.Minute, KeyRetention: idempotency.MinRetention, PruneInterval: time.Hour,
 		ShutdownTimeout: 5 * time.Second, PollOnly: true,

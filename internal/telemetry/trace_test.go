@@ -252,7 +252,7 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.Trace
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(pool, orderpayment.New(provider), worker.Config{
+	w, err := worker.New(pool, orderpayment.New(provider), nil, worker.Config{
 		Concurrency:          4,
 		Charge:               worker.DefaultChargePolicy(),
 		Schedule:             worker.DefaultSchedule(),

@@ -26,6 +26,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/resilientcheckout/checkout/internal/idempotency"
+	"github.com/resilientcheckout/checkout/internal/ledger"
 	"github.com/resilientcheckout/checkout/internal/order"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// newly available job then waits for the next fetch (River's
 	// FetchPollInterval, 1 s).
 	PollOnly bool
+	// Ledger tunes the walk of the provider's charge list (ledger.Reconciler);
+	// a zero Interval turns it off.
+	Ledger ledger.Config
 	// Plugins are River plugins for the worker's client, e.g.
 	// telemetry.RiverPlugin: its work spans link each charge to the
 	// request that deferred the order.
@@ -65,9 +69,9 @@ type Worker struct {
 	log     *slog.Logger
 }
 
-// New builds the worker on db, charging through payer, with its metrics on
-// reg.
-func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Worker, error) {
+// New builds the worker on db, charging through payer and reconciling the
+// provider's charge list charges with the orders, with its metrics on reg.
+func New(db *pgxpool.Pool, payer order.Payer, charges ledger.ChargeList, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Worker, error) {
 	metrics, err := NewMetrics(reg, db)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -78,15 +82,24 @@ func New(db *pgxpool.Pool, payer order.Payer, cfg Config, reg prometheus.Registe
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, NewChargeWorker(db, payer, cfg.Charge, metrics, log))
+	periodic := append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval))
+	if charges != nil && cfg.Ledger.Interval > 0 {
+		reconciler, err := ledger.New(db, charges, cfg.Ledger, reg, log)
+		if err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		river.AddWorker(workers, reconciler)
+		periodic = append(periodic, ledger.Periodic(cfg.Ledger))
+	}
 	river.AddWorker(workers, sweeper)
 	river.AddWorker(workers, idempotency.NewPruneWorker(db, cfg.KeyRetention, log))
 	jobs, err := river.NewClient(riverpgxv5.New(db), &river.Config{
 		Queues: map[string]river.QueueConfig{
 			order.QueuePayments: {MaxWorkers: cfg.Concurrency},
-			river.QueueDefault:  {MaxWorkers: 1}, // housekeeping: sweeps, pruning keys
+			river.QueueDefault:  {MaxWorkers: 1}, // housekeeping: sweeps, pruning keys, the ledger walk
 		},
 		Workers:              workers,
-		PeriodicJobs:         append(PeriodicSweeps(cfg.Schedule), idempotency.PeriodicPrune(cfg.PruneInterval)),
+		PeriodicJobs:         periodic,
 		JobTimeout:           ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
 		PollOnly:             cfg.PollOnly,

@@ -30,11 +30,12 @@ type chargeRequest struct {
 
 // charge is the body of a 201 response.
 type charge struct {
-	ID        string `json:"id"`
-	Status    string `json:"status"`
-	Amount    int64  `json:"amount"`
-	Currency  string `json:"currency"`
-	Reference string `json:"reference"`
+	ID        string    `json:"id"`
+	Status    string    `json:"status"`
+	Amount    int64     `json:"amount"`
+	Currency  string    `json:"currency"`
+	Reference string    `json:"reference"`
+	Created   time.Time `json:"created"`
 }
 
 // decodeCharge reads one strict JSON object: unknown fields, trailing data and invalid values
@@ -165,6 +166,7 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 		Amount:    req.Amount,
 		Currency:  req.Currency,
 		Reference: req.Reference,
+		Created:   time.Now().UTC().Truncate(time.Microsecond),
 	}
 	return jsonResponse(http.StatusCreated, ch), &ch
 }

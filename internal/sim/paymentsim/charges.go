@@ -1,6 +1,10 @@
 package paymentsim
 
-import "slices"
+import (
+	"errors"
+	"slices"
+	"time"
+)
 
 // chargeLog is the provider's record of successful charges per reference, oldest first: what
 // GET /v1/charges answers from, and what duplicate charges are counted from. It is kept apart from the idempotency keys on purpose. A
@@ -17,18 +21,21 @@ import "slices"
 type chargeLog struct {
 	cap   int
 	byRef map[string][]charge
-	order []string // the reference of every charge kept, oldest first
+	all   []charge       // every charge kept, in the order it was recorded: the charge list
+	seq   map[string]int // a kept charge's position in the list since the log began
+	first int            // the position of all[0]
 }
 
 func newChargeLog(capacity int) *chargeLog {
-	return &chargeLog{cap: capacity, byRef: make(map[string][]charge)}
+	return &chargeLog{cap: capacity, byRef: make(map[string][]charge), seq: make(map[string]int)}
 }
 
 // add records a successful charge and returns how many charges its reference now has.
 func (c *chargeLog) add(ch charge) int {
 	c.byRef[ch.Reference] = append(c.byRef[ch.Reference], ch)
-	c.order = append(c.order, ch.Reference)
-	for len(c.order) > c.cap {
+	c.seq[ch.ID] = c.first + len(c.all)
+	c.all = append(c.all, ch)
+	for len(c.all) > c.cap {
 		c.evictOldest()
 	}
 	return len(c.byRef[ch.Reference])
@@ -37,13 +44,44 @@ func (c *chargeLog) add(ch charge) int {
 // evictOldest forgets the oldest charge. Charges are added in order, so the oldest charge
 // overall is the oldest of its reference.
 func (c *chargeLog) evictOldest() {
-	ref := c.order[0]
-	c.order = c.order[1:] // append reallocates the backing array as it grows
-	if rest := c.byRef[ref][1:]; len(rest) > 0 {
-		c.byRef[ref] = rest
+	oldest := c.all[0]
+	c.all = c.all[1:] // append reallocates the backing array as it grows
+	c.first++
+	delete(c.seq, oldest.ID)
+	if rest := c.byRef[oldest.Reference][1:]; len(rest) > 0 {
+		c.byRef[oldest.Reference] = rest
 	} else {
-		delete(c.byRef, ref)
+		delete(c.byRef, oldest.Reference)
 	}
+}
+
+// errNoSuchCharge: a list's cursor names a charge the log does not hold.
+var errNoSuchCharge = errors.New("no such charge")
+
+// list returns up to limit charges in the order they were recorded, created at or after
+// createdGTE and, with a cursor, after the charge startingAfter; and whether more follow.
+// Paging by position rather than by time is what lets a walk resumed from its last charge
+// see every charge once, also those recorded while it walks.
+func (c *chargeLog) list(createdGTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
+	start := 0
+	if startingAfter != "" {
+		pos, ok := c.seq[startingAfter]
+		if !ok {
+			return nil, false, errNoSuchCharge
+		}
+		start = pos - c.first + 1
+	}
+	page := []charge{}
+	for i := start; i < len(c.all); i++ {
+		if c.all[i].Created.Before(createdGTE) {
+			continue
+		}
+		if len(page) == limit {
+			return page, true, nil
+		}
+		page = append(page, c.all[i])
+	}
+	return page, false, nil
 }
 
 // find returns a copy of ref's charges, oldest first; nil when there are none.

@@ -1,6 +1,9 @@
 package paymentsim
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // claim is what the ledger says about an incoming Idempotency-Key.
 type claim int
@@ -109,6 +112,13 @@ func (l *ledger) find(reference string) []charge {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.charges.find(reference)
+}
+
+// list returns a page of the charge list (see chargeLog.list).
+func (l *ledger) list(createdGTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.charges.list(createdGTE, limit, startingAfter)
 }
 
 func (l *ledger) stats() Stats {

@@ -69,6 +69,7 @@ var Owners = map[string][]string{
 		"checkout_unsettled_order_oldest_age_seconds",
 		"checkout_backlog_query_failed",
 		"checkout_orders_requeued_total",
+		"checkout_ledger_findings_total",
 	},
 	"paymentsim": {
 		"paymentsim_charge_requests_total",

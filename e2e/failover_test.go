@@ -1,0 +1,296 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/resilientcheckout/checkout/internal/lab/process"
+)
+
+// startStandby makes a streaming standby of primary (pg_basebackup -R with
+// a replication slot) and starts it.
+func startStandby(t *testing.T, primary *cluster) *cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "checkout-standby-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &cluster{bin: primary.bin, dir: dir, port: freePort(t), asRoot: primary.asRoot}
+	if s.asRoot {
+		if out, err := exec.Command("chown", "postgres", dir).CombinedOutput(); err != nil {
+			t.Fatalf("chown: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_ = s.pgCtl("stop", "-m", "immediate")
+		os.RemoveAll(dir)
+	})
+	if out, err := s.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
+		"-D", s.data(), "-R", "-C", "-S", "standby", "-X", "stream").CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// failoverRun is what one run of the failover scenario saw.
+type failoverRun struct {
+	answers            []failoverAnswer
+	killed, promoted   time.Time
+	firstNewPrimary201 time.Time // the first 201 sent after the promotion
+}
+
+type failoverAnswer struct {
+	key, id    string
+	status     int
+	sent, back time.Time
+}
+
+// TestFailoverToASynchronousStandbyLosesNoAcknowledgedOrder: orders arrive
+// at 30/s; the primary is killed (pg_ctl stop -m immediate) and a
+// synchronous standby promoted a second later. Checkout and worker, on a
+// multi-host URL with target_session_attrs=read-write, find the new primary
+// by themselves; every order acknowledged before, during or after the
+// failover is in it, every one ends terminal, each paid once (invariant 12).
+func TestFailoverToASynchronousStandbyLosesNoAcknowledgedOrder(t *testing.T) {
+	t.Parallel()
+	primary, standby, db := failoverPair(t, true)
+	run, sim := runFailover(t, primary, standby, db, false)
+
+	lost, _ := lostOrders(t, db, run)
+	if len(lost) != 0 {
+		t.Errorf("%d acknowledged orders lost in the failover to a synchronous standby, e.g. %+v", len(lost), lost[0])
+	}
+	waitAllTerminal(t, db, 90*time.Second)
+	if st := simStats(t, sim.URL); st.DuplicateReferences != 0 {
+		t.Errorf("%d orders charged twice", st.DuplicateReferences)
+	}
+	run.report(t)
+}
+
+// TestFailoverToALaggingAsynchronousStandbyIsReconciled: the same, with an
+// asynchronous standby that stopped receiving 3 s before the primary died.
+// Acknowledged orders are lost — counted here — and the provider holds a
+// charge for every lost 201; the worker's ledger reconciliation lists each
+// of those charges, and only those, within its interval of the heal.
+func TestFailoverToALaggingAsynchronousStandbyIsReconciled(t *testing.T) {
+	t.Parallel()
+	primary, standby, db := failoverPair(t, false)
+	run, sim := runFailover(t, primary, standby, db, true)
+
+	lost, lostPaid := lostOrders(t, db, run)
+	t.Logf("async failover: %d acknowledged orders lost, %d of them answered 201 (charged)", len(lost), lostPaid)
+	if lostPaid == 0 {
+		t.Fatal("the lagging standby lost no charged order: the scenario proves nothing")
+	}
+	// Every charge the provider holds for an order the new primary lacks.
+	st := simStats(t, sim.URL)
+	want := 0
+	for ref := range st.ChargesByReference {
+		var stored bool
+		if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM orders WHERE id::text = $1)`, ref).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if !stored {
+			want++
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second) // the interval is 2 s; the walk runs on the default queue
+	var found int
+	for ; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM ledger_findings WHERE kind = 'no_order'`).Scan(&found); err != nil {
+			t.Logf("count findings: %v", err)
+			continue
+		}
+		if found >= want {
+			break
+		}
+	}
+	if found != want {
+		t.Errorf("ledger reconciliation found %d charges without an order, want the %d the provider holds", found, want)
+	}
+	if st.DuplicateReferences != 0 {
+		t.Errorf("%d orders charged twice", st.DuplicateReferences)
+	}
+	run.report(t)
+}
+
+// failoverPair starts a primary, migrates it, and starts a streaming
+// standby, synchronous (the primary's commits wait for it) or not.
+func failoverPair(t *testing.T, synchronous bool) (primary, standby *cluster, db *pgxpool.Pool) {
+	t.Helper()
+	primary = startCluster(t)
+	migrate := exec.Command(binary("checkout"), "migrate")
+	migrate.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + primary.URL()}
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("checkout migrate: %v\n%s", err, out)
+	}
+	standby = startStandby(t, primary)
+	ctx := context.Background()
+	p, err := pgxpool.New(ctx, primary.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if synchronous {
+		for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+			if _, err := p.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := "async"
+	if synchronous {
+		want = "sync"
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var state string
+		_ = p.QueryRow(ctx, `SELECT coalesce(max(sync_state), '') FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&state)
+		if state == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("standby not streaming as %s: %q", want, state)
+		}
+	}
+	db, err = pgxpool.New(ctx, multiHostURL(primary, standby))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return primary, standby, db
+}
+
+// multiHostURL names both servers; pgx connects to whichever accepts writes.
+func multiHostURL(a, b *cluster) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", a.port, b.port)
+}
+
+// runFailover sends orders at 30/s for 12 s with checkout and a worker on
+// the multi-host URL; kills the primary at 6 s and promotes the standby at
+// 7 s. With lag, the standby is stopped at 3 s and started again just
+// before its promotion, so it lacks the primary's last 3 s.
+func runFailover(t *testing.T, primary, standby *cluster, db *pgxpool.Pool, lag bool) (*failoverRun, *process.Process) {
+	t.Helper()
+	url := multiHostURL(primary, standby)
+	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "100ms"})
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url, "PAYMENT_URL": sim.URL}
+	checkout := process.StartBinary(t, binary("checkout"), nil, env)
+	process.StartBinary(t, binary("worker"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url,
+		"PAYMENT_URL": sim.URL, "LEDGER_RECONCILE_INTERVAL": "2s"})
+
+	run := &failoverRun{}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	start := time.Now()
+	faults := make(chan struct{})
+	go func() {
+		defer close(faults)
+		if lag {
+			time.Sleep(time.Until(start.Add(3 * time.Second)))
+			if err := standby.pgCtl("stop", "-m", "fast"); err != nil {
+				t.Errorf("stop the standby: %v", err)
+			}
+		}
+		time.Sleep(time.Until(start.Add(6 * time.Second)))
+		if err := primary.crash(); err != nil {
+			t.Errorf("kill the primary: %v", err)
+		}
+		mu.Lock()
+		run.killed = time.Now()
+		mu.Unlock()
+		if lag {
+			if err := standby.start(); err != nil {
+				t.Errorf("start the standby: %v", err)
+			}
+		}
+		time.Sleep(time.Until(start.Add(7 * time.Second)))
+		if err := standby.pgCtl("promote", "-w"); err != nil {
+			t.Errorf("promote the standby: %v", err)
+		}
+		mu.Lock()
+		run.promoted = time.Now()
+		mu.Unlock()
+	}()
+	tick := time.NewTicker(time.Second / 30)
+	for i := 0; time.Since(start) < 12*time.Second; i++ {
+		<-tick.C
+		wg.Go(func() {
+			key := fmt.Sprintf("failover-%d", i)
+			sent := time.Now()
+			id, status := placeOrder(checkout.URL, key)
+			mu.Lock()
+			run.answers = append(run.answers, failoverAnswer{key: key, id: id, status: status, sent: sent, back: time.Now()})
+			mu.Unlock()
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	<-faults
+	for _, a := range run.answers {
+		if a.status == 201 && a.sent.After(run.promoted) && (run.firstNewPrimary201.IsZero() || a.back.Before(run.firstNewPrimary201)) {
+			run.firstNewPrimary201 = a.back
+		}
+	}
+	return run, sim
+}
+
+// lostOrders returns the acknowledged orders the database lacks, and how
+// many of them were answered 201 (charged before they were lost).
+func lostOrders(t *testing.T, db *pgxpool.Pool, run *failoverRun) ([]failoverAnswer, int) {
+	t.Helper()
+	var lost []failoverAnswer
+	paid := 0
+	for _, a := range run.answers {
+		if a.id == "" {
+			continue
+		}
+		var stored bool
+		if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM orders WHERE id::text = $1)`, a.id).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if !stored {
+			lost = append(lost, a)
+			if a.status == 201 {
+				paid++
+			}
+		}
+	}
+	return lost, paid
+}
+
+// report logs the answers by status, the seconds of 503s and the time from
+// the kill to the first 201 on the new primary.
+func (r *failoverRun) report(t *testing.T) {
+	t.Helper()
+	byStatus := map[int]int{}
+	var first503, last503 time.Time
+	for _, a := range r.answers {
+		byStatus[a.status]++
+		if a.status == 503 {
+			if first503.IsZero() || a.back.Before(first503) {
+				first503 = a.back
+			}
+			if a.back.After(last503) {
+				last503 = a.back
+			}
+		}
+	}
+	t.Logf("answers %v; 503s for %.1f s; first 201 on the new primary %.1f s after the kill (promoted %.1f s after it)",
+		byStatus, last503.Sub(first503).Seconds(), r.firstNewPrimary201.Sub(r.killed).Seconds(), r.promoted.Sub(r.killed).Seconds())
+	if r.firstNewPrimary201.IsZero() {
+		t.Error("no order was charged on the new primary: the processes did not follow the promotion")
+	}
+}

@@ -1,0 +1,336 @@
+// Package ledger reconciles the payment provider's ledger with the orders
+// table: a periodic River job of the worker walks the provider's charge list
+// and records every charge that no paid order accounts for.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payment"
+)
+
+// The ledger reconciliation walks the provider's charge list and checks
+// every charge against the orders table (docs/design.md, "Durability"). The
+// checkout flow never charges an order it has not stored, and settles every
+// order it charged; a charge that no paid order accounts for therefore
+// means something outside the flow happened: an order lost in a failover to
+// an asynchronous standby, an order failed although charged, a second
+// charge. The walk records each for an operator and settles what it can (an
+// unsettled order the provider charged). It never charges anything, and it
+// refunds nothing: a refund is a business decision (the customer may want
+// the goods), so it is left to a person with the finding in hand.
+
+// ChargeList is the provider's charge list (payment.Protected).
+type ChargeList interface {
+	ListCharges(ctx context.Context, q payment.ListQuery) (payment.ChargePage, error)
+}
+
+// Config tunes the walk.
+type Config struct {
+	// Interval is how often the walk runs (LEDGER_RECONCILE_INTERVAL).
+	Interval time.Duration
+	// Grace is how long an unsettled order the provider charged is left to
+	// its own recovery (the API's settle, the sweep, the charge job) before
+	// the walk settles it (LEDGER_RECONCILE_GRACE). The walk does not go
+	// past such a charge until then, so it is checked again.
+	Grace time.Duration
+	// Lookback is where a first walk starts: charges created this long
+	// before it (LEDGER_RECONCILE_LOOKBACK).
+	Lookback time.Duration
+}
+
+// DefaultConfig: a walk a minute finds a lost order's charge within
+// about a minute of the database's return; two minutes of grace exceed the
+// sweep's recovery of an order whose settle was lost (10 s + 5 s + pickup)
+// many times over; a first walk reads a day back, the provider's key
+// retention.
+func DefaultConfig() Config {
+	return Config{Interval: time.Minute, Grace: 2 * time.Minute, Lookback: 24 * time.Hour}
+}
+
+// Kinds of finding.
+const (
+	// NoOrder: the charge's reference is no stored order.
+	NoOrder = "no_order"
+	// OrderFailed: the order is payment_failed, yet charged.
+	OrderFailed = "order_failed"
+	// SecondCharge: the order is paid by another charge.
+	SecondCharge = "second_charge"
+	// Settled: the order was unsettled past the grace; the walk
+	// settled it as paid by this charge. Resolved: nothing for a person.
+	Settled = "settled_paid"
+)
+
+// Args is the periodic job that walks the charge list.
+type Args struct{}
+
+// Kind is the job kind River stores and routes by.
+func (Args) Kind() string { return "reconcile_provider_ledger" }
+
+// Reconciler runs Args jobs.
+type Reconciler struct {
+	river.WorkerDefaults[Args]
+	db       *pgxpool.Pool
+	charges  ChargeList
+	cfg      Config
+	log      *slog.Logger
+	findings *prometheus.CounterVec
+	checked  prometheus.Counter
+	now      func() time.Time
+	pageSize int // ledgerPage; smaller in tests
+}
+
+// ledgerPage is how many charges one request of the walk asks for (the
+// protocol's largest page); ledgerPages bounds one run, the next run goes on.
+const (
+	ledgerPage  = 100
+	ledgerPages = 100
+)
+
+// New returns the reconciler, a River worker; reg receives its metrics.
+func New(db *pgxpool.Pool, charges ChargeList, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Reconciler, error) {
+	r := &Reconciler{db: db, charges: charges, cfg: cfg, log: log, now: time.Now, pageSize: ledgerPage,
+		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "checkout_ledger_findings_total",
+			Help: "Provider charges that no paid order accounts for, found by the ledger reconciliation, by kind: no_order, order_failed and second_charge need a person; settled_paid was resolved.",
+		}, []string{"kind"}),
+		checked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "checkout_ledger_charges_checked_total",
+			Help: "Provider charges the ledger reconciliation has checked against the orders table.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{r.findings, r.checked} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range []string{NoOrder, OrderFailed, SecondCharge, Settled} {
+		r.findings.WithLabelValues(k) // exported at 0 from the start, for alerts
+	}
+	return r, nil
+}
+
+// Periodic schedules the walk, once at start too.
+func Periodic(cfg Config) *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(cfg.Interval),
+		func() (river.JobArgs, *river.InsertOpts) { return Args{}, nil },
+		&river.PeriodicJobOpts{ID: "reconcile_provider_ledger", RunOnStart: true})
+}
+
+// watermark is where the last walk stopped: the last charge it checked.
+type watermark struct {
+	chargeID string
+	created  time.Time
+}
+
+// Work walks the charge list from the stored watermark, a page at a time.
+// Each page's findings, settles and the new watermark commit together, so
+// a walk cut short (a crash, a provider that fails) resumes after the last
+// page it finished, and a page walked twice finds nothing new.
+func (r *Reconciler) Work(ctx context.Context, _ *river.Job[Args]) error {
+	wm, err := r.watermark(ctx)
+	if err != nil {
+		return err
+	}
+	for range ledgerPages {
+		q := payment.ListQuery{Limit: r.pageSize, StartingAfter: wm.chargeID, CreatedGTE: wm.created}
+		page, err := r.charges.ListCharges(ctx, q)
+		if errors.Is(err, payment.ErrPermanent) && wm.chargeID != "" {
+			// The provider no longer knows the cursor's charge: walk on
+			// from its creation time. The charges of that instant are
+			// checked again, which finds nothing new.
+			r.log.WarnContext(ctx, "ledger reconciliation: the provider refused the watermark's charge as a cursor; resuming by time", "charge_id", wm.chargeID, "err", err)
+			wm.chargeID = ""
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("list provider charges after %q: %w", wm.chargeID, err)
+		}
+		next, done, err := r.checkPage(ctx, wm, page.Charges)
+		if err != nil {
+			return err
+		}
+		wm = next
+		if done || !page.HasMore {
+			return nil
+		}
+	}
+	return nil
+}
+
+// checkPage checks charges in order and commits what it found with the
+// watermark of the last one checked. It stops (done) at a charge for an
+// unsettled order still within its grace: the next run checks it again.
+func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []payment.ListedCharge) (watermark, bool, error) {
+	done := false
+	var found []finding
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		found, done = nil, false
+		for _, ch := range charges {
+			f, wait, err := r.check(ctx, tx, ch)
+			if err != nil {
+				return err
+			}
+			if wait {
+				done = true
+				break
+			}
+			if f != nil {
+				if err := recordFinding(ctx, tx, ch, f); err != nil {
+					return err
+				}
+				found = append(found, *f)
+			}
+			wm = watermark{chargeID: ch.ID, created: ch.Created}
+		}
+		return storeWatermark(ctx, tx, wm)
+	})
+	if err != nil {
+		return wm, false, fmt.Errorf("reconcile provider charges: %w", err)
+	}
+	for _, f := range found {
+		r.report(ctx, f)
+	}
+	r.checked.Add(float64(len(charges)))
+	return wm, done, nil
+}
+
+// finding is what the walk found about one charge.
+type finding struct {
+	charge      payment.ListedCharge
+	kind        string
+	orderStatus order.Status // "" for no_order
+	recorded    bool         // new: not found by an earlier walk
+}
+
+// check classifies one charge against its order. wait: the order is
+// unsettled and within its grace.
+func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge) (*finding, bool, error) {
+	id, err := uuid.Parse(ch.Reference)
+	if err != nil {
+		return &finding{charge: ch, kind: NoOrder}, false, nil
+	}
+	o, err := order.Get(ctx, tx, id)
+	switch {
+	case errors.Is(err, order.ErrNotFound):
+		return &finding{charge: ch, kind: NoOrder}, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	switch o.Status {
+	case order.StatusPaid:
+		if o.ChargeID == ch.ID {
+			return nil, false, nil
+		}
+		return &finding{charge: ch, kind: SecondCharge, orderStatus: o.Status}, false, nil
+	case order.StatusPaymentFailed:
+		return &finding{charge: ch, kind: OrderFailed, orderStatus: o.Status}, false, nil
+	}
+	if r.now().Sub(o.UpdatedAt) < r.cfg.Grace {
+		return nil, true, nil
+	}
+	settled, changed, err := order.Settle(ctx, tx, o, order.Settlement{Status: order.StatusPaid, ChargeID: ch.ID})
+	if err != nil {
+		return nil, false, err
+	}
+	if !changed { // settled meanwhile: checked again next run
+		return nil, true, nil
+	}
+	return &finding{charge: ch, kind: Settled, orderStatus: settled.Status}, false, nil
+}
+
+// recordFinding stores f unless an earlier walk found it.
+func recordFinding(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge, f *finding) error {
+	var status *string
+	if f.orderStatus != "" {
+		s := string(f.orderStatus)
+		status = &s
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO ledger_findings (charge_id, reference, amount, currency, charged_at, kind, order_status)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (charge_id) DO NOTHING`, ch.ID, ch.Reference, ch.Amount, ch.Currency, ch.Created, f.kind, status)
+	if err != nil {
+		return fmt.Errorf("record finding for charge %s: %w", ch.ID, err)
+	}
+	f.recorded = tag.RowsAffected() == 1
+	return nil
+}
+
+// report counts and logs a finding once.
+func (r *Reconciler) report(ctx context.Context, f finding) {
+	if !f.recorded {
+		return
+	}
+	r.findings.WithLabelValues(f.kind).Inc()
+	level, msg := slog.LevelError, "provider charge that no paid order accounts for; a person must decide (refund or fulfil)"
+	if f.kind == Settled {
+		level, msg = slog.LevelWarn, "provider charge for an order left unsettled; settled it as paid"
+	}
+	r.log.Log(ctx, level, msg, "kind", f.kind, "charge_id", f.charge.ID, "reference", f.charge.Reference,
+		"amount", f.charge.Amount, "currency", f.charge.Currency, "charged_at", f.charge.Created)
+}
+
+// watermark loads where the last walk stopped; with none, a first walk
+// starts Lookback ago.
+func (r *Reconciler) watermark(ctx context.Context) (watermark, error) {
+	var wm watermark
+	err := r.db.QueryRow(ctx, `SELECT last_charge_id, last_created FROM ledger_watermark WHERE provider = 'payment'`).Scan(&wm.chargeID, &wm.created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return watermark{created: r.now().Add(-r.cfg.Lookback)}, nil
+	}
+	if err != nil {
+		return wm, fmt.Errorf("load the ledger watermark: %w", err)
+	}
+	return wm, nil
+}
+
+func storeWatermark(ctx context.Context, tx pgx.Tx, wm watermark) error {
+	if wm.chargeID == "" {
+		return nil // nothing checked yet
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO ledger_watermark (provider, last_charge_id, last_created, updated_at) VALUES ('payment', $1, $2, now())
+		ON CONFLICT (provider) DO UPDATE SET last_charge_id = $1, last_created = $2, updated_at = now()`, wm.chargeID, wm.created)
+	if err != nil {
+		return fmt.Errorf("store the ledger watermark: %w", err)
+	}
+	return nil
+}
+
+// Finding is one stored finding, for `checkout reconcile`.
+type Finding struct {
+	ChargeID, Reference, Currency, Kind string
+	Amount                              int64
+	OrderStatus                         string // empty for no_order
+	ChargedAt, FoundAt                  time.Time
+}
+
+// Findings lists the stored findings, newest first.
+func Findings(ctx context.Context, q order.Querier) ([]Finding, error) {
+	rows, err := q.Query(ctx, `SELECT charge_id, reference, currency, kind, amount, coalesce(order_status, ''), charged_at, found_at
+		FROM ledger_findings ORDER BY found_at DESC, charge_id`)
+	if err != nil {
+		return nil, fmt.Errorf("list ledger findings: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finding, error) {
+		var f Finding
+		err := row.Scan(&f.ChargeID, &f.Reference, &f.Currency, &f.Kind, &f.Amount, &f.OrderStatus, &f.ChargedAt, &f.FoundAt)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list ledger findings: %w", err)
+	}
+	return found, nil
+}
