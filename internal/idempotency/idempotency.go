@@ -6,7 +6,7 @@
 // effects, so that SQL lives with those effects (internal/order/store.go):
 // (scope, key) is the primary key of idempotency_keys, so the database, not
 // an in-process map, arbitrates concurrent requests, across replicas too.
-// The scope is the authenticated customer, or '' without authentication.
+// The scope is the authenticated customer, or the empty string without authentication.
 package idempotency
 
 import (

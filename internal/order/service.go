@@ -189,7 +189,7 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 // ErrOtherCustomer — and the Idempotency-Key is the customer's own, so the
 // same key from another customer is another order, and a replay is only
 // ever answered to the customer whose request made it. Place is PlaceAs's
-// unauthenticated form: every key shares the scope ''.
+// unauthenticated form: every key shares the empty scope.
 func (s *Service) PlaceAs(ctx context.Context, customer, key string, req PlaceRequest) (Placed, error) {
 	// An empty customer would share the unauthenticated scope ''.
 	if customer == "" || (req.CustomerID != "" && req.CustomerID != customer) {
