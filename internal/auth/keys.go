@@ -234,8 +234,16 @@ func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error
 		}
 		return nil, fmt.Errorf("no key %q in the issuer's JWKS", kid)
 	case errors.As(err, &throttled):
-		// The keys were fetched moments ago, or the issuer is failing;
-		// either way the token may be signed by a key published since.
+		// Keys fetched successfully after the token was issued settle it:
+		// its key is not the issuer's (or no longer). Otherwise the key
+		// may have been published since, and the token may be good. The
+		// unverified iat decides only between 401 and 503.
+		k.mu.Lock()
+		settled := k.healthy && k.lastAttempt.After(issuedAt(jws))
+		k.mu.Unlock()
+		if settled {
+			return nil, fmt.Errorf("no key %q in the issuer's JWKS", kid)
+		}
 		return nil, k.unavailable(ctx, throttled.wait, fmt.Errorf("key %q unknown and the keys were fetched %v ago", kid, k.cfg.MinRefetch-throttled.wait))
 	default:
 		return nil, k.unavailable(ctx, max(k.policy.RetryAfter(), k.cfg.MinRefetch), err)
@@ -283,4 +291,15 @@ func verifyWith(jws *jose.JSONWebSignature, kid string, keys []jose.JSONWebKey) 
 		}
 	}
 	return nil, found, err
+}
+
+// issuedAt is the token's unverified iat; the zero time without one.
+func issuedAt(jws *jose.JSONWebSignature) time.Time {
+	var c struct {
+		IssuedAt *jsonTime `json:"iat"`
+	}
+	if json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &c) != nil || c.IssuedAt == nil {
+		return time.Time{}
+	}
+	return time.Time(*c.IssuedAt)
 }
