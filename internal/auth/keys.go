@@ -207,7 +207,7 @@ func (k *keySet) get(ctx context.Context, url string, into any) error {
 // the cached key its kid names, fetching the keys again for a kid not
 // among them. Only RS256 and ES256 tokens are parsed at all.
 func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, algorithms)
+	jws, err := jose.ParseSignedCompact(raw, algorithms)
 	if err != nil {
 		return nil, err
 	}
