@@ -2,8 +2,12 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
+	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/auth"
 	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/envconfig"
@@ -33,7 +37,16 @@ type config struct {
 	HealthPool      resilience.PoolConfig
 	Orders          order.Config
 	Catalog         catalog.Config // URL empty: no price check
+	Auth            auth.Config    // Issuer empty: authentication off
+	RateLimit       api.RateLimit  // Requests 0: no limit
 }
+
+// defaultRateLimit is each client's quota per minute: 100 requests a second
+// sustained. A customer placing an order and polling it every second sends
+// about 70 a minute; the experiment's load generator, one address at up to
+// 80 orders a second, stays under it without authentication; a NAT
+// gateway's customers share one address. Only a client in a loop meets it.
+const defaultRateLimit = 6000
 
 func resilienceDefaults(mode resilience.Mode) resilience.Config {
 	d := resilience.DefaultConfig()
@@ -91,8 +104,35 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.Resilience.Mode == resilience.ModeNone {
 		cfg.Orders.PaymentBudget = 0
 	}
+	authDefaults := auth.DefaultConfig()
+	cfg.Auth = auth.Config{
+		Issuer:        env.OptionalURL("AUTH_ISSUER", "http", "https"),
+		Audience:      env.String("AUTH_AUDIENCE", ""),
+		CustomerClaim: env.String("AUTH_CUSTOMER_CLAIM", authDefaults.CustomerClaim),
+		Refresh:       env.Duration("AUTH_KEYS_REFRESH", authDefaults.Refresh, time.Second, 24*time.Hour),
+		MinRefetch:    authDefaults.MinRefetch,
+		Resilience:    authDefaults.Resilience,
+	}
+	cfg.Auth.MinRefetch = min(cfg.Auth.MinRefetch, cfg.Auth.Refresh)
+	cfg.RateLimit = api.RateLimit{
+		Requests: env.Int("RATE_LIMIT", defaultRateLimit, 0, 10_000_000),
+		Window:   env.Duration("RATE_LIMIT_WINDOW", time.Minute, time.Second, time.Hour),
+	}
+	proxies, proxiesErr := parsePrefixes(env.String("TRUSTED_PROXIES", ""))
+	cfg.RateLimit.TrustedProxies = proxies
 	if err := env.Err(); err != nil {
 		return cfg, err
+	}
+	if proxiesErr != nil {
+		return cfg, fmt.Errorf("TRUSTED_PROXIES: %w", proxiesErr)
+	}
+	if cfg.Auth.Issuer != "" {
+		if cfg.Auth.Audience == "" {
+			return cfg, fmt.Errorf("AUTH_AUDIENCE must be set with AUTH_ISSUER")
+		}
+		if err := cfg.Auth.Validate(); err != nil {
+			return cfg, fmt.Errorf("AUTH_* settings: %w", err)
+		}
 	}
 	if err := cfg.Resilience.Validate(); err != nil {
 		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
@@ -103,4 +143,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// parsePrefixes parses a comma-separated list of CIDR prefixes; a bare
+// address is its own /32 or /128.
+func parsePrefixes(list string) ([]netip.Prefix, error) {
+	var prefixes []netip.Prefix
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q: want a CIDR prefix such as 10.0.0.0/8", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		prefixes = append(prefixes, p.Masked())
+	}
+	return prefixes, nil
 }

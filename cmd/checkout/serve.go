@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/resilientcheckout/checkout/internal/api"
+	"github.com/resilientcheckout/checkout/internal/auth"
 	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/fleet"
@@ -95,7 +96,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		logger.WarnContext(ctx, "CATALOG_URL is not set: item prices from clients are trusted")
 	}
 
-	handler := api.NewServer(api.Deps{
+	deps := api.Deps{
 		Logger:         logger,
 		Registry:       reg,
 		Metrics:        apiMetrics,
@@ -106,7 +107,28 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		TracerProvider: tracing.Provider,
 		// With METRICS_ADDR set, /metrics is served there only.
 		MetricsElsewhere: cfg.MetricsAddr != "",
-	})
+	}
+	if cfg.RateLimit.Requests > 0 {
+		deps.RateLimit = &cfg.RateLimit
+	}
+	if cfg.Auth.Issuer != "" {
+		authMetrics, err := auth.NewMetrics(reg)
+		if err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		verifier, err := auth.New(cfg.Auth, auth.Options{Metrics: authMetrics, Resilience: resilienceMetrics, Logger: logger})
+		if err != nil {
+			return err
+		}
+		// Keys are fetched in the background: an issuer that is down at
+		// start does not stop checkout from starting, nor /ready from
+		// answering (docs/design.md, "Authentication").
+		go verifier.Run(ctx)
+		deps.Authenticator = verifier
+	} else {
+		logger.WarnContext(ctx, "AUTH_ISSUER is not set: authentication is off, and any caller may act for any customer")
+	}
+	handler := api.NewServer(deps)
 	if int(cfg.Database.MaxConns) < cfg.APIPool.Size {
 		// Each business request holds one connection at a time; with fewer
 		// connections than API slots, requests queue for the database and
@@ -114,7 +136,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
 	}
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "fleet_breaker", cfg.FleetBreaker,
-		"payment_url", redacted(cfg.PaymentURL), "traces", tracingTarget(cfg.Tracing))
+		"payment_url", redacted(cfg.PaymentURL), "traces", tracingTarget(cfg.Tracing),
+		"auth_issuer", cfg.Auth.Issuer, "rate_limit", cfg.RateLimit.Requests, "rate_limit_window", cfg.RateLimit.Window)
 	return httpserver.Serve(ctx, httpserver.Config{
 		Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout,
 		MetricsAddr: cfg.MetricsAddr, Metrics: telemetry.Handler(reg),

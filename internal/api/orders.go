@@ -69,7 +69,12 @@ func placeOrder(svc *order.Service, metrics *Metrics, log *slog.Logger) http.Han
 			return
 		}
 
-		placed, err := svc.Place(r.Context(), key, req)
+		var placed order.Placed
+		if customer, ok := customerOf(r); ok {
+			placed, err = svc.PlaceAs(r.Context(), customer, key, req)
+		} else {
+			placed, err = svc.Place(r.Context(), key, req)
+		}
 		if err != nil {
 			writeError(w, r, log, err)
 			return
@@ -99,7 +104,12 @@ func getOrder(svc *order.Service, log *slog.Logger) http.Handler {
 			writeError(w, r, log, order.ErrNotFound)
 			return
 		}
-		o, err := svc.Get(r.Context(), id)
+		var o order.Order
+		if customer, ok := customerOf(r); ok {
+			o, err = svc.GetAs(r.Context(), customer, id)
+		} else {
+			o, err = svc.Get(r.Context(), id)
+		}
 		if err != nil {
 			writeError(w, r, log, err)
 			return

@@ -143,6 +143,8 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		p = newProblem(http.StatusConflict, "request-in-progress", err.Error()+"; retry later.")
 	case errors.Is(err, order.ErrKeyReused):
 		p = newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", err.Error()+"; use a new key for a new order.")
+	case errors.Is(err, order.ErrOtherCustomer):
+		p = newProblem(http.StatusForbidden, "other-customer", "customer_id must be the authenticated customer, or omitted.")
 	case errors.Is(err, order.ErrNotFound):
 		p = newProblem(http.StatusNotFound, "", "No order has this id.")
 	case errors.As(err, &unknown):

@@ -28,6 +28,20 @@ func routes(d Deps) http.Handler {
 	}
 
 	r.Group(func(r chi.Router) {
+		// Outermost, before any layer that costs a pool slot, a database
+		// call or a provider call: the client's rate limit, keyed by the
+		// customer of a valid token, else by address. Checking a token
+		// with a cached key is CPU only, so it comes first and answers
+		// nothing until the limit has had its say.
+		if d.Authenticator != nil {
+			r.Use(authenticate(d.Authenticator))
+		}
+		if d.RateLimit != nil {
+			r.Use(clientAddr(d.RateLimit.TrustedProxies), rateLimit(*d.RateLimit))
+		}
+		if d.Authenticator != nil {
+			r.Use(requireCustomer(d.Logger))
+		}
 		r.Use(d.APIPool)
 		r.Method(http.MethodPost, "/orders", placeOrder(d.Orders, d.Metrics, d.Logger))
 		r.Method(http.MethodGet, "/orders/{id}", getOrder(d.Orders, d.Logger))

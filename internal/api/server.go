@@ -39,6 +39,11 @@ type Deps struct {
 	// serves Registry on a listener of its own (METRICS_ADDR), which a
 	// network policy can open to the monitoring system alone.
 	MetricsElsewhere bool
+	// Authenticator turns authentication on for the business routes
+	// (docs/design.md, "Authentication"); nil leaves it off.
+	Authenticator Authenticator
+	// RateLimit limits each client's business requests; nil: no limit.
+	RateLimit *RateLimit
 }
 
 // NewServer returns checkout's root handler: the routes inside a server

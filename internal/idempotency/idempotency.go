@@ -4,8 +4,9 @@
 //
 // Claiming a key is part of the statement that creates the request's
 // effects, so that SQL lives with those effects (internal/order/store.go):
-// the key is the primary key of idempotency_keys, so the database, not an
-// in-process map, arbitrates concurrent requests, across replicas too.
+// (scope, key) is the primary key of idempotency_keys, so the database, not
+// an in-process map, arbitrates concurrent requests, across replicas too.
+// The scope is the authenticated customer, or the empty string without authentication.
 package idempotency
 
 import (
@@ -72,8 +73,8 @@ type Execer interface {
 func DeleteExpired(ctx context.Context, db Execer, retention time.Duration, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, `
 		DELETE FROM idempotency_keys
-		WHERE key IN (
-			SELECT key FROM idempotency_keys
+		WHERE (scope, key) IN (
+			SELECT scope, key FROM idempotency_keys
 			WHERE created_at < now() - make_interval(secs => $1)
 			  AND (locked_until IS NULL OR locked_until < now())
 			ORDER BY created_at

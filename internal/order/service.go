@@ -40,6 +40,9 @@ var (
 	// answer must not say "nothing stored" (a 503 does): see
 	// OutcomeUnknownError.
 	ErrOutcomeUnknown = errors.New("the order may or may not have been stored")
+	// ErrOtherCustomer: an authenticated customer asked for an order in
+	// another customer's name (403).
+	ErrOtherCustomer = errors.New("customer_id names a customer other than the authenticated one")
 )
 
 // OutcomeUnknownError is ErrOutcomeUnknown with when to ask again: a retry
@@ -158,6 +161,7 @@ type Placed struct {
 
 // placement carries one request through the flow.
 type placement struct {
+	scope string // the key's scope (see PlaceAs)
 	key   string
 	order Order
 	// resumed: the order was created by an earlier request with the key,
@@ -176,6 +180,26 @@ type placement struct {
 //     — or, when the provider is unavailable, one transaction defers the
 //     order and inserts its charge job, due when the breaker will probe.
 func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Placed, error) {
+	return s.place(ctx, "", key, req)
+}
+
+// PlaceAs is Place for an authenticated customer (docs/design.md,
+// "Authentication"): the order is placed in customer's name — req's
+// CustomerID may be empty, and otherwise must be customer, else
+// ErrOtherCustomer — and the Idempotency-Key is the customer's own, so the
+// same key from another customer is another order, and a replay is only
+// ever answered to the customer whose request made it. Place is PlaceAs's
+// unauthenticated form: every key shares the empty scope.
+func (s *Service) PlaceAs(ctx context.Context, customer, key string, req PlaceRequest) (Placed, error) {
+	// An empty customer would share the unauthenticated scope ''.
+	if customer == "" || (req.CustomerID != "" && req.CustomerID != customer) {
+		return Placed{}, ErrOtherCustomer
+	}
+	req.CustomerID = customer
+	return s.place(ctx, customer, key, req)
+}
+
+func (s *Service) place(ctx context.Context, scope, key string, req PlaceRequest) (Placed, error) {
 	total, err := req.Validate()
 	if err != nil {
 		return Placed{}, err
@@ -185,13 +209,13 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 		if prices, err = s.prices.CheckPrices(ctx, req.Currency, req.Items); err != nil {
 			// A replay repeats its first answer whatever the catalog says
 			// now; only a new order is refused.
-			if replay, ok := s.replay(ctx, key, req); ok {
+			if replay, ok := s.replay(ctx, scope, key, req); ok {
 				return replay, nil
 			}
 			return Placed{}, err
 		}
 	}
-	p, claim, err := s.begin(ctx, key, req, total)
+	p, claim, err := s.begin(ctx, scope, key, req, total)
 	if errors.Is(err, errOutcomeUnknown) {
 		return Placed{}, &OutcomeUnknownError{RetryAfter: s.cfg.LockTTL(), err: err}
 	}
@@ -218,11 +242,11 @@ func (s *Service) Place(ctx context.Context, key string, req PlaceRequest) (Plac
 }
 
 // replay returns the stored answer of key if it has one for this request.
-func (s *Service) replay(ctx context.Context, key string, req PlaceRequest) (Placed, bool) {
+func (s *Service) replay(ctx context.Context, scope, key string, req PlaceRequest) (Placed, bool) {
 	var claim keyClaim
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		claim, err = peekKey(ctx, tx, key, req.Fingerprint())
+		claim, err = peekKey(ctx, tx, scope, key, req.Fingerprint())
 		return err
 	})
 	if err != nil || claim.state != idempotency.Finished {
@@ -234,15 +258,15 @@ func (s *Service) replay(ctx context.Context, key string, req PlaceRequest) (Pla
 // begin is step 1. Its common case — a new key — is one statement. A key
 // seen before (a replay, a retry) writes nothing there and costs a
 // transaction to look the key up.
-func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total int64) (placement, keyClaim, error) {
+func (s *Service) begin(ctx context.Context, scope, key string, req PlaceRequest, total int64) (placement, keyClaim, error) {
 	lockFor := s.cfg.LockTTL()
-	p := placement{key: key}
+	p := placement{scope: scope, key: key}
 	o, err := newOrder(req, total)
 	if err != nil {
 		return p, keyClaim{}, err
 	}
 	dbCtx, cancel := s.dbContext(ctx)
-	op, err := s.claims.claim(dbCtx, claimOp{order: o, key: key, fingerprint: req.Fingerprint(), lockFor: lockFor})
+	op, err := s.claims.claim(dbCtx, claimOp{order: o, scope: scope, key: key, fingerprint: req.Fingerprint(), lockFor: lockFor})
 	cancel()
 	if err != nil {
 		return p, keyClaim{}, err
@@ -256,11 +280,11 @@ func (s *Service) begin(ctx context.Context, key string, req PlaceRequest, total
 	var claim keyClaim
 	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		claim, err = lookupKey(ctx, tx, key, req.Fingerprint(), lockFor)
+		claim, err = lookupKey(ctx, tx, scope, key, req.Fingerprint(), lockFor)
 		return err
 	})
 	if errors.Is(err, errKeyVanished) {
-		return s.begin(ctx, key, req, total) // the claim can now succeed
+		return s.begin(ctx, scope, key, req, total) // the claim can now succeed
 	}
 	p.order = claim.order
 	p.resumed = claim.state == idempotency.Resumed
@@ -327,7 +351,7 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 	// it. Free the key so a client retry resumes right away.
 	dbCtx, cancelDB := s.dbContext(ctx)
 	defer cancelDB()
-	if relErr := releaseKey(dbCtx, s.db, p.key); relErr != nil {
+	if relErr := releaseKey(dbCtx, s.db, p.scope, p.key); relErr != nil {
 		s.log.WarnContext(ctx, "could not release idempotency key", "err", relErr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -413,7 +437,18 @@ func (s *Service) probeDelay() time.Duration {
 	return wait + rand.N(wait/2+1)
 }
 
-// Get returns an order.
+// GetAs returns the order if it is customer's, and ErrNotFound otherwise:
+// the answer for another customer's order is the answer for an unknown id,
+// so order ids reveal nothing to whoever holds them.
+func (s *Service) GetAs(ctx context.Context, customer string, id uuid.UUID) (Order, error) {
+	o, err := s.Get(ctx, id)
+	if err == nil && o.CustomerID != customer {
+		return Order{}, ErrNotFound
+	}
+	return o, err
+}
+
+// Get returns an order, whoever's it is (see GetAs).
 func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DBTimeout)
 	defer cancel()

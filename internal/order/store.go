@@ -46,21 +46,23 @@ const orderColumns = `o.id, o.status, o.customer_id, o.currency, o.payment_metho
 // order as inserted, its timestamps filled in.
 type claimOp struct {
 	order       Order
+	scope       string // the key's scope: its customer with authentication on, else ''
 	key         string
 	fingerprint []byte
 	lockFor     time.Duration
 	claimed     bool
 }
 
-// insertOrderWithKeySQL claims the Idempotency-Key for lockFor and, only if
-// it was new, inserts the order as pending: one statement, one atomic unit.
+// insertOrderWithKeySQL claims the Idempotency-Key in its scope ($11) for
+// lockFor and, only if it was new there, inserts the order as pending: one
+// statement, one atomic unit.
 // Positional arguments: pgx rewrites named ones by parsing the SQL text on
 // every call (8 % of checkout's CPU under load, by pprof).
 const insertOrderWithKeySQL = `
 	WITH claimed AS (
-		INSERT INTO idempotency_keys (key, request_fingerprint, order_id, locked_until)
-		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
-		ON CONFLICT (key) DO NOTHING
+		INSERT INTO idempotency_keys (scope, key, request_fingerprint, order_id, locked_until)
+		VALUES ($11, $1, $2, $3, now() + make_interval(secs => $4))
+		ON CONFLICT (scope, key) DO NOTHING
 		RETURNING order_id
 	)
 	INSERT INTO orders (id, status, customer_id, currency, payment_method, items, total,
@@ -79,7 +81,8 @@ const insertOrderWithKeySQL = `
 // written here, so the common case — charged at once — never inserts and
 // deletes one.
 //
-// A concurrent claim of the same key waits on the key's primary key until
+// A concurrent claim of the same key in the same scope waits on the key's
+// primary key, (scope, key), until
 // this statement's transaction ends, then finds the key taken: that wait is
 // what makes concurrent identical requests produce one order (and a second
 // claim of a key in the same pipeline sees the first's row). The key names
@@ -114,7 +117,7 @@ func insertOrdersWithKeys(ctx context.Context, conn *pgx.Conn, ops []*claimOp, b
 		o := op.order
 		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
 		b.Queue(insertOrderWithKeySQL, op.key, op.fingerprint, orderID(o.ID), op.lockFor.Seconds(),
-			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total).QueryRow(func(row pgx.Row) error {
+			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total, op.scope).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&op.order.CreatedAt)
 			op.claimed = err == nil            // a pipeline that failed before may have set it
 			if errors.Is(err, pgx.ErrNoRows) { // the key existed
@@ -188,17 +191,19 @@ type keyClaim struct {
 // lookupKey reads an existing key, with its order, inside tx and says what
 // this request may do with it. If the key's lock expired before an answer
 // was stored, the request takes it over (Resumed), locking it for lockFor.
-func lookupKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockFor time.Duration) (keyClaim, error) {
-	return readKey(ctx, tx, key, fingerprint, lockFor, true)
+func lookupKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte, lockFor time.Duration) (keyClaim, error) {
+	return readKey(ctx, tx, scope, key, fingerprint, lockFor, true)
 }
 
 // peekKey is lookupKey without taking anything over: it only says whether
 // the key has a stored answer (Finished) for this request.
-func peekKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte) (keyClaim, error) {
-	return readKey(ctx, tx, key, fingerprint, 0, false)
+func peekKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte) (keyClaim, error) {
+	return readKey(ctx, tx, scope, key, fingerprint, 0, false)
 }
 
-func readKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, lockFor time.Duration, resume bool) (keyClaim, error) {
+// readKey reads key in scope only: another scope's key of the same name is
+// another request, never this one's replay.
+func readKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte, lockFor time.Duration, resume bool) (keyClaim, error) {
 	var (
 		storedFingerprint []byte
 		hasOrder, locked  bool
@@ -209,8 +214,8 @@ func readKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, loc
 		SELECT k.request_fingerprint, o.id IS NOT NULL, coalesce(k.locked_until > now(), false),
 		       o.answered_status, o.answered_at
 		FROM idempotency_keys k LEFT JOIN orders o ON o.id = k.order_id
-		WHERE k.key = $1
-		FOR UPDATE OF k`, key)
+		WHERE k.scope = $1 AND k.key = $2
+		FOR UPDATE OF k`, scope, key)
 	if err := row.Scan(&storedFingerprint, &hasOrder, &locked, &answeredStatus, &answeredAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The key was pruned between the claim and this read: it is
@@ -236,13 +241,13 @@ func readKey(ctx context.Context, tx pgx.Tx, key string, fingerprint []byte, loc
 	case !resume:
 		return keyClaim{state: idempotency.Resumed}, nil
 	default:
-		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $2) WHERE key = $1`,
-			key, lockFor.Seconds()); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $3) WHERE scope = $1 AND key = $2`,
+			scope, key, lockFor.Seconds()); err != nil {
 			return keyClaim{}, fmt.Errorf("relock idempotency key: %w", err)
 		}
 		c.state = idempotency.Resumed
 	}
-	o, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o JOIN idempotency_keys k ON k.order_id = o.id WHERE k.key = $1`, key))
+	o, err := scanOrder(tx.QueryRow(ctx, `SELECT `+orderColumns+` FROM orders o JOIN idempotency_keys k ON k.order_id = o.id WHERE k.scope = $1 AND k.key = $2`, scope, key))
 	if err != nil {
 		return keyClaim{}, fmt.Errorf("load order of idempotency key: %w", err)
 	}
@@ -275,8 +280,8 @@ func asAnswered(o Order, status Status, at time.Time) Order {
 // releaseKey drops a key's lock without an answer, so the client's retry
 // with the same key resumes at once instead of waiting for the lock to
 // expire. Used when the outcome is not final (a 502/504 without fallback).
-func releaseKey(ctx context.Context, q Querier, key string) error {
-	if _, err := q.Exec(ctx, `UPDATE idempotency_keys SET locked_until = NULL WHERE key = $1`, key); err != nil {
+func releaseKey(ctx context.Context, q Querier, scope, key string) error {
+	if _, err := q.Exec(ctx, `UPDATE idempotency_keys SET locked_until = NULL WHERE scope = $1 AND key = $2`, scope, key); err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
 	}
 	return nil

@@ -83,7 +83,7 @@ func TestLookupOfAPrunedKey(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)
 	err := pgx.BeginFunc(context.Background(), db, func(tx pgx.Tx) error {
-		_, err := lookupKey(context.Background(), tx, "pruned", make([]byte, 32), time.Second)
+		_, err := lookupKey(context.Background(), tx, "", "pruned", make([]byte, 32), time.Second)
 		return err
 	})
 	if !errors.Is(err, errKeyVanished) {
