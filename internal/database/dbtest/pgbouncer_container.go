@@ -35,6 +35,9 @@ var pgbouncerImageBuild struct {
 	once sync.Once
 	tag  string
 	err  error
+	// hostNetwork: the engine is on this Linux machine (a Unix socket), so
+	// its network mode host is our network.
+	hostNetwork bool
 }
 
 // pgbouncerImage builds deploy/pgbouncer/Dockerfile (unless this test
@@ -42,26 +45,33 @@ var pgbouncerImageBuild struct {
 // Docker engine.
 func pgbouncerImage() (string, error) {
 	pgbouncerImageBuild.once.Do(func() {
-		pgbouncerImageBuild.tag, pgbouncerImageBuild.err = buildPgBouncerImage()
+		pgbouncerImageBuild.tag, pgbouncerImageBuild.hostNetwork, pgbouncerImageBuild.err = buildPgBouncerImage()
 	})
 	return pgbouncerImageBuild.tag, pgbouncerImageBuild.err
 }
 
-func buildPgBouncerImage() (string, error) {
+func buildPgBouncerImage() (tag string, hostNetwork bool, err error) {
 	dir, err := pgbouncerDockerfileDir()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	provider, err := testcontainers.NewDockerProvider()
 	if err != nil {
-		return "", fmt.Errorf("no Docker engine: %w", err)
+		return "", false, fmt.Errorf("no Docker engine: %w", err)
 	}
 	defer provider.Close()
 	// The first build runs apt-get; later ones come from the layer cache.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// Not provider.DaemonHost: inside a container (/.dockerenv) it answers
+	// the gateway's address even for an engine on this container's socket.
+	daemon, err := url.Parse(provider.Client().DaemonHost())
+	if err != nil {
+		return "", false, fmt.Errorf("address of the Docker engine: %w", err)
+	}
+	hostNetwork = runtime.GOOS == "linux" && daemon.Scheme == "unix"
 	var buildLog bytes.Buffer
-	tag, err := provider.BuildImage(ctx, &testcontainers.ContainerRequest{FromDockerfile: testcontainers.FromDockerfile{
+	tag, err = provider.BuildImage(ctx, &testcontainers.ContainerRequest{FromDockerfile: testcontainers.FromDockerfile{
 		Context:        dir,
 		Dockerfile:     "Dockerfile",
 		Repo:           pgbouncerImageName,
@@ -70,10 +80,10 @@ func buildPgBouncerImage() (string, error) {
 		BuildLogWriter: &buildLog,
 	}})
 	if err != nil {
-		return "", fmt.Errorf("build %s (its base image must be pullable or present locally): %w; build log:\n%s",
+		return "", false, fmt.Errorf("build %s (its base image must be pullable or present locally): %w; build log:\n%s",
 			filepath.Join(dir, "Dockerfile"), err, lastLines(buildLog.String(), 30))
 	}
-	return tag, nil
+	return tag, hostNetwork, nil
 }
 
 // pgbouncerDockerfileDir finds deploy/pgbouncer above the working directory
@@ -113,20 +123,23 @@ const (
 // startPgBouncerContainer runs one test's PgBouncer in a container of the
 // image, with the configuration pgbouncerINI writes for a local process.
 //
-// Networking: on Linux the container shares the host's network (network
-// mode host), so PgBouncer listens on 127.0.0.1:port and reaches the server
+// Networking: with a local engine on Linux the container shares the host's
+// network (network mode host), so PgBouncer listens on 127.0.0.1:port and reaches the server
 // at exactly the host and port of its URL, as a local process would: a
 // server on the host's loopback (TEST_DATABASE_URL) and a testcontainers
-// PostgreSQL (its port published on the host) alike. Elsewhere (Docker
-// Desktop runs containers in a VM, whose host network is not ours) the
+// PostgreSQL (its port published on the host) alike. Otherwise (Docker
+// Desktop runs containers in a VM, whose host network is not ours; a remote
+// DOCKER_HOST is another machine) the
 // container gets its own network with port 6432 published, and a server on
 // the loopback is reached as host.docker.internal (host-gateway).
+// Not covered: a test in a container that drives its host's engine through
+// a mounted socket (the host network is then the outer host's).
 func startPgBouncerContainer(t testing.TB, image string, server *url.URL, port int, cfg PgBouncerConfig) (*PgBouncer, error) {
 	host, serverPort, err := net.SplitHostPort(server.Host)
 	if err != nil {
 		return nil, fmt.Errorf("database URL host %q: %w", server.Host, err)
 	}
-	hostNetwork := runtime.GOOS == "linux"
+	hostNetwork := pgbouncerImageBuild.hostNetwork // decided with the image
 	listenAddr, listenPort := "127.0.0.1", port
 	if !hostNetwork {
 		listenAddr, listenPort = "0.0.0.0", containerPort
