@@ -9,6 +9,12 @@
 //
 // Migrations run once per server into a template database; each test then
 // gets `CREATE DATABASE … TEMPLATE`, a file copy that takes milliseconds.
+//
+// StartPgBouncer puts a PgBouncer of the test's own in front of that server
+// the same way: a local pgbouncer binary when there is one (PGBOUNCER, PATH,
+// /usr/sbin/pgbouncer; .ci/run sets PGBOUNCER), else a container built from
+// deploy/pgbouncer/Dockerfile by testcontainers-go; with neither, the test
+// fails saying how to get one.
 package dbtest
 
 import (

@@ -20,7 +20,9 @@ import (
 )
 
 // EnvPgBouncer names the variable that points the tests at a pgbouncer
-// binary when it is neither on PATH nor at Debian's /usr/sbin/pgbouncer.
+// binary when it is neither on PATH nor at Debian's /usr/sbin/pgbouncer, or,
+// set to "docker", makes them run PgBouncer in a container even where a
+// binary exists.
 const EnvPgBouncer = "PGBOUNCER"
 
 // PgBouncerConfig is what a test may change in the bouncer's configuration.
@@ -36,30 +38,33 @@ type PgBouncerConfig struct {
 	IgnoreStartupParameters []string
 }
 
-// PgBouncer is a real PgBouncer process between a test and its database.
+// PgBouncer is a real PgBouncer, a local process or a container, between a
+// test and its database.
 type PgBouncer struct {
 	url string
-	log *syncBuffer
+	log func() string
 }
 
 // URL is dbURL (as given to StartPgBouncer) pointing through the bouncer.
 func (b *PgBouncer) URL() string { return b.url }
 
 // Log is what PgBouncer has logged so far.
-func (b *PgBouncer) Log() string { return b.log.String() }
+func (b *PgBouncer) Log() string { return b.log() }
 
 // StartPgBouncer runs PgBouncer in front of the server of dbURL (as
 // returned by URL) until the test ends. It serves every database of that
 // server under its own name and trusts the client, logging in to the
-// server as the user and password of dbURL. Without a pgbouncer binary the
-// test fails, saying how to get one: PgBouncer support is a feature, and a
-// silent skip would let it rot.
+// server as the user and password of dbURL.
+//
+// The bouncer is a local pgbouncer process when there is a binary
+// ($PGBOUNCER, else pgbouncer on PATH, else /usr/sbin/pgbouncer). Without
+// one (or with PGBOUNCER=docker) it runs in a container built from
+// deploy/pgbouncer/Dockerfile by testcontainers-go, with this test's
+// configuration copied in. With neither a binary nor a Docker engine the
+// test fails, saying how to get either: PgBouncer support is a feature, and
+// a silent skip would let it rot.
 func StartPgBouncer(t testing.TB, dbURL string, cfg PgBouncerConfig) *PgBouncer {
 	t.Helper()
-	bin, err := pgbouncerBinary()
-	if err != nil {
-		t.Fatalf("dbtest: %v", err)
-	}
 	if cfg.PoolMode == "" {
 		cfg.PoolMode = "transaction"
 	}
@@ -70,11 +75,29 @@ func StartPgBouncer(t testing.TB, dbURL string, cfg PgBouncerConfig) *PgBouncer 
 	if err != nil {
 		t.Fatalf("dbtest: pgbouncer: parse database URL: %v", err)
 	}
-	dir, err := configDir()
-	if err != nil {
-		t.Fatalf("dbtest: pgbouncer: %v", err)
+
+	var start func(port int) (*PgBouncer, error)
+	bin, binErr := pgbouncerBinary()
+	switch {
+	case binErr == nil:
+		dir, err := configDir()
+		if err != nil {
+			t.Fatalf("dbtest: pgbouncer: %v", err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		start = func(port int) (*PgBouncer, error) { return startPgBouncer(t, bin, dir, u, port, cfg) }
+	case errors.Is(binErr, errNoPgBouncerBinary):
+		image, err := pgbouncerImage()
+		if err != nil {
+			t.Fatalf("dbtest: no PgBouncer for the PgBouncer tests. Get one of: a pgbouncer binary (%s), "+
+				"or a Docker engine, in which the tests build deploy/pgbouncer/Dockerfile "+
+				"(FROM debian:bookworm-slim, apt-get install pgbouncer) with testcontainers-go and run it. "+
+				"Binary: %v. Container: %v", howToGetPgBouncer, binErr, err)
+		}
+		start = func(port int) (*PgBouncer, error) { return startPgBouncerContainer(t, image, u, port, cfg) }
+	default:
+		t.Fatalf("dbtest: %v", binErr)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	// A free port can be taken by someone else between our probe and
 	// PgBouncer's bind; then PgBouncer exits and we try another one.
@@ -84,7 +107,7 @@ func StartPgBouncer(t testing.TB, dbURL string, cfg PgBouncerConfig) *PgBouncer 
 		if err != nil {
 			t.Fatalf("dbtest: pgbouncer: %v", err)
 		}
-		b, err := startPgBouncer(t, bin, dir, u, port, cfg)
+		b, err := start(port)
 		if err == nil {
 			return b
 		}
@@ -94,21 +117,15 @@ func StartPgBouncer(t testing.TB, dbURL string, cfg PgBouncerConfig) *PgBouncer 
 	return nil
 }
 
-func startPgBouncer(t testing.TB, bin, dir string, server *url.URL, port int, cfg PgBouncerConfig) (*PgBouncer, error) {
-	user := server.User.Username()
-	password, _ := server.User.Password()
-	host, serverPort, err := net.SplitHostPort(server.Host)
-	if err != nil {
-		return nil, fmt.Errorf("database URL host %q: %w", server.Host, err)
-	}
-	// auth_type = trust still wants the user in auth_file; the password
-	// there is what PgBouncer logs in to the server with.
-	users := fmt.Sprintf("%q %q\n", user, password)
-	ini := fmt.Sprintf(`[databases]
+// pgbouncerINI is the configuration of one test's bouncer: listening on
+// listenAddr:listenPort, serving every database of the server at
+// serverHost:serverPort, with the users of authFile.
+func pgbouncerINI(serverHost, serverPort, listenAddr string, listenPort int, authFile string, cfg PgBouncerConfig) string {
+	return fmt.Sprintf(`[databases]
 * = host=%s port=%s
 
 [pgbouncer]
-listen_addr = 127.0.0.1
+listen_addr = %s
 listen_port = %d
 unix_socket_dir =
 auth_type = trust
@@ -117,9 +134,24 @@ pool_mode = %s
 default_pool_size = %d
 max_client_conn = 500
 ignore_startup_parameters = %s
-`, host, serverPort, port, filepath.Join(dir, "users.txt"), cfg.PoolMode, cfg.PoolSize,
+`, serverHost, serverPort, listenAddr, listenPort, authFile, cfg.PoolMode, cfg.PoolSize,
 		strings.Join(cfg.IgnoreStartupParameters, ","))
-	for name, content := range map[string]string{"users.txt": users, "pgbouncer.ini": ini} {
+}
+
+// pgbouncerUsers is the auth_file: auth_type = trust still wants the user
+// there; the password is what PgBouncer logs in to the server with.
+func pgbouncerUsers(server *url.URL) string {
+	password, _ := server.User.Password()
+	return fmt.Sprintf("%q %q\n", server.User.Username(), password)
+}
+
+func startPgBouncer(t testing.TB, bin, dir string, server *url.URL, port int, cfg PgBouncerConfig) (*PgBouncer, error) {
+	host, serverPort, err := net.SplitHostPort(server.Host)
+	if err != nil {
+		return nil, fmt.Errorf("database URL host %q: %w", server.Host, err)
+	}
+	ini := pgbouncerINI(host, serverPort, "127.0.0.1", port, filepath.Join(dir, "users.txt"), cfg)
+	for name, content := range map[string]string{"users.txt": pgbouncerUsers(server), "pgbouncer.ini": ini} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return nil, err
 		}
@@ -136,8 +168,19 @@ ignore_startup_parameters = %s
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed once the process is gone, with its error in waitErr:
+	// both waitReady and stop may look.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	gone := func() error {
+		select {
+		case <-exited:
+			return fmt.Errorf("pgbouncer exited: %w", waitErr)
+		default:
+			return nil
+		}
+	}
 	stop := func() {
 		_ = cmd.Process.Signal(os.Interrupt) // SIGINT: immediate shutdown
 		select {
@@ -150,8 +193,8 @@ ignore_startup_parameters = %s
 
 	proxied := *server
 	proxied.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	b := &PgBouncer{url: proxied.String(), log: log}
-	if err := waitReady(proxied, exited); err != nil {
+	b := &PgBouncer{url: proxied.String(), log: log.String}
+	if err := waitReady(proxied, gone); err != nil {
 		stop()
 		return nil, fmt.Errorf("%w; its log:\n%s", err, log)
 	}
@@ -165,9 +208,10 @@ ignore_startup_parameters = %s
 }
 
 // waitReady connects through the bouncer, to the server's admin database,
-// until a query gets through or PgBouncer exits. A new process is state this
-// test does not own, so polling it is the only way to know it is up.
-func waitReady(u url.URL, exited <-chan error) error {
+// until a query gets through or gone reports PgBouncer gone. A new process
+// or container is state this test does not own, so polling it is the only
+// way to know it is up.
+func waitReady(u url.URL, gone func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	u.Path = "/postgres"
 	q := u.Query()
@@ -184,10 +228,8 @@ func waitReady(u url.URL, exited <-chan error) error {
 		if err == nil {
 			return nil
 		}
-		select {
-		case werr := <-exited:
-			return fmt.Errorf("pgbouncer exited: %w", werr)
-		default:
+		if gerr := gone(); gerr != nil {
+			return gerr
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pgbouncer not answering: %w", err)
@@ -197,7 +239,11 @@ func waitReady(u url.URL, exited <-chan error) error {
 }
 
 func pgbouncerBinary() (string, error) {
-	if bin := os.Getenv(EnvPgBouncer); bin != "" {
+	bin := os.Getenv(EnvPgBouncer)
+	if bin == pgbouncerInDocker {
+		return "", fmt.Errorf("%w used (%s=%s)", errNoPgBouncerBinary, EnvPgBouncer, bin)
+	}
+	if bin != "" {
 		if _, err := os.Stat(bin); err != nil {
 			return "", fmt.Errorf("%s=%s: %w; %s", EnvPgBouncer, bin, err, howToGetPgBouncer)
 		}
@@ -211,10 +257,14 @@ func pgbouncerBinary() (string, error) {
 	if _, err := os.Stat(debian); err == nil {
 		return debian, nil
 	}
-	return "", errors.New("no pgbouncer binary for the PgBouncer tests: " + howToGetPgBouncer)
+	return "", fmt.Errorf("%w (%s unset, none on PATH or at %s)", errNoPgBouncerBinary, EnvPgBouncer, debian)
 }
 
-const howToGetPgBouncer = "install it (Debian/Ubuntu: apt-get install pgbouncer; macOS: brew install pgbouncer) " +
+// errNoPgBouncerBinary: PGBOUNCER is unset and no binary was found, or it
+// is "docker": the bouncer runs in a container.
+var errNoPgBouncerBinary = errors.New("no pgbouncer binary")
+
+const howToGetPgBouncer = "install pgbouncer (Debian/Ubuntu: apt-get install pgbouncer; macOS: brew install pgbouncer) " +
 	"or set " + EnvPgBouncer + " to its path; `bash .ci/run` installs it when missing"
 
 // configDir makes a directory the unprivileged user PgBouncer switches to
