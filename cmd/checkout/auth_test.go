@@ -17,7 +17,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
-	"github.com/resilientcheckout/checkout/internal/proctest"
+	"github.com/resilientcheckout/checkout/internal/lab/process"
 	"github.com/resilientcheckout/checkout/internal/sim/devissuer"
 )
 
@@ -54,7 +54,7 @@ func setupAuth(t *testing.T, extra map[string]string) *authBundle {
 	for k, v := range extra {
 		env[k] = v
 	}
-	b.url = proctest.Start(t, run, []string{"checkout"}, env).URL
+	b.url = process.Start(t, run, []string{"checkout"}, env).URL
 	return b
 }
 
