@@ -217,9 +217,10 @@ type finding struct {
 // check classifies one charge against its order. wait: the order is
 // unsettled and within its grace.
 func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge) (*finding, bool, error) {
-	id, parseErr := uuid.Parse(ch.Reference)
-	if parseErr != nil { //nolint:nilerr // not an order id of ours: a charge someone else made, a finding
-		return &finding{charge: ch, kind: NoOrder}, false, nil
+	id, err := uuid.Parse(ch.Reference)
+	if err != nil {
+		// Not an order id of ours: a charge someone else made, a finding.
+		return &finding{charge: ch, kind: NoOrder}, false, nil //nolint:nilerr // the error is the finding
 	}
 	o, err := order.Get(ctx, tx, id)
 	switch {
