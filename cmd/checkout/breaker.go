@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/fleet"
 	"github.com/resilientcheckout/checkout/internal/payment"
 )
@@ -45,13 +44,11 @@ func breaker(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 	if cmd := args[0]; (cmd == "open" || cmd == "clear") && len(args) >= 2 && !slices.Contains(sharedBreakers, args[1]) {
 		return fmt.Errorf("breaker %s: unknown dependency %q (known: %s)", cmd, args[1], strings.Join(sharedBreakers, ", "))
 	}
-	pool, err := database.Open(ctx, cfg.Database)
+	ctx, pool, done, err := operatorDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	defer done()
 
 	switch cmd := args[0]; {
 	case cmd == "status" && len(args) == 1:

@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/ledger"
 )
@@ -18,13 +20,11 @@ import (
 // was resolved by the walk itself. Like `checkout breaker` it reads
 // Postgres only, so it runs from any replica or a one-off container.
 func reconcile(ctx context.Context, cfg config, stdout io.Writer) error {
-	pool, err := database.Open(ctx, cfg.Database)
+	ctx, pool, done, err := operatorDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	defer done()
 	found, err := ledger.Findings(ctx, pool)
 	if err != nil {
 		return err
@@ -46,4 +46,15 @@ func reconcile(ctx context.Context, cfg config, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "no findings: every provider charge walked so far is accounted for by a paid order")
 	}
 	return nil
+}
+
+// operatorDatabase opens the database for a one-off operator command
+// (breaker, reconcile), which gives up after 10 s; done releases both.
+func operatorDatabase(ctx context.Context, cfg config) (context.Context, *pgxpool.Pool, func(), error) {
+	pool, err := database.Open(ctx, cfg.Database)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return ctx, pool, func() { cancel(); pool.Close() }, nil
 }
