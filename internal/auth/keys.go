@@ -237,9 +237,11 @@ func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error
 		// Keys fetched successfully after the token was issued settle it:
 		// its key is not the issuer's (or no longer). Otherwise the key
 		// may have been published since, and the token may be good. The
-		// unverified iat decides only between 401 and 503.
+		// unverified iat decides only between 401 and 503. iat counts
+		// whole seconds, so only a fetch begun a second after it surely
+		// follows the token: one in the same second may predate its key.
 		k.mu.Lock()
-		settled := k.healthy && k.lastAttempt.After(issuedAt(jws))
+		settled := k.healthy && k.lastAttempt.After(issuedAt(jws).Add(time.Second))
 		k.mu.Unlock()
 		if settled {
 			return nil, fmt.Errorf("no key %q in the issuer's JWKS", kid)
