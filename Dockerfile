@@ -37,3 +37,10 @@ FROM runtime AS catalogsim
 COPY --from=build /out/catalogsim /usr/local/bin/catalogsim
 EXPOSE 8083
 ENTRYPOINT ["/usr/local/bin/catalogsim"]
+
+# The development issuer: compose demo only, never production (it signs a
+# token for any customer anyone asks for).
+FROM runtime AS devissuer
+COPY --from=build /out/devissuer /usr/local/bin/devissuer
+EXPOSE 8084
+ENTRYPOINT ["/usr/local/bin/devissuer"]

@@ -23,7 +23,7 @@ import (
 )
 
 // longRunning are the services that must report health and restart.
-var longRunning = []string{"postgres", "paymentsim", "catalogsim", "checkout", "worker"}
+var longRunning = []string{"postgres", "paymentsim", "catalogsim", "devissuer", "checkout", "worker"}
 
 // appServices maps each application service to its Dockerfile target,
 // listen port and the variables its binary needs in compose.
@@ -145,8 +145,8 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 		},
 		{
 			name:    "checkout does not wait for migrations",
-			old:     "    migrate:\n      condition: service_completed_successfully\n    catalogsim:\n      condition: service_healthy\n  healthcheck:\n    test: [\"CMD\", \"/usr/local/bin/checkout\"",
-			new:     "    migrate:\n      condition: service_started\n    catalogsim:\n      condition: service_healthy\n  healthcheck:\n    test: [\"CMD\", \"/usr/local/bin/checkout\"",
+			old:     "    migrate:\n      condition: service_completed_successfully\n    catalogsim:\n      condition: service_healthy\n    # Checkout would",
+			new:     "    migrate:\n      condition: service_started\n    catalogsim:\n      condition: service_healthy\n    # Checkout would",
 			wantErr: "checkout: depends on migrate with condition service_started",
 		},
 		{
@@ -247,6 +247,42 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 			name:    "River UI without a user",
 			old:     "      RIVERUI_USER: ${RIVERUI_USER:-admin}\n",
 			wantErr: "worker: RIVERUI_USER not set",
+		},
+		{
+			name:    "issuer URL as the host sees it",
+			old:     "x-issuer-url: &issuer-url http://devissuer:8084",
+			new:     "x-issuer-url: &issuer-url http://127.0.0.1:8084",
+			wantErr: `devissuer: DEVISSUER_ISSUER "http://127.0.0.1:8084", want "http://devissuer:8084"`,
+		},
+		{
+			name:    "checkout trusts another issuer than devissuer's tokens name",
+			old:     "    AUTH_ISSUER: *issuer-url\n    AUTH_AUDIENCE: &audience checkout\n",
+			new:     "    AUTH_ISSUER: http://localhost:8084\n    AUTH_AUDIENCE: &audience checkout\n",
+			wantErr: `checkout: AUTH_ISSUER "http://localhost:8084" is not devissuer's DEVISSUER_ISSUER "http://devissuer:8084"`,
+		},
+		{
+			name:    "the demo without authentication",
+			old:     "    AUTH_ISSUER: *issuer-url\n    AUTH_AUDIENCE: &audience checkout\n",
+			new:     "    AUTH_AUDIENCE: &audience checkout\n",
+			wantErr: "checkout: AUTH_ISSUER not set",
+		},
+		{
+			name:    "another audience",
+			old:     "      DEVISSUER_AUDIENCE: *audience\n",
+			new:     "      DEVISSUER_AUDIENCE: payments\n",
+			wantErr: `checkout: AUTH_AUDIENCE "checkout" is not devissuer's DEVISSUER_AUDIENCE "payments"`,
+		},
+		{
+			name:    "development issuer on every interface",
+			old:     `"127.0.0.1:8084:8084"`,
+			new:     `"8084:8084"`,
+			wantErr: "devissuer: publishes port 8084 on every interface",
+		},
+		{
+			name:    "checkout does not wait for the issuer",
+			old:     "    devissuer:\n      condition: service_healthy\n  healthcheck:",
+			new:     "    devissuer:\n      condition: service_started\n  healthcheck:",
+			wantErr: "checkout: depends on devissuer with condition service_started",
 		},
 		{
 			name:    "Prometheus lifecycle API enabled",
@@ -431,7 +467,56 @@ func checkCompose(p *types.Project) []error {
 		fail("checkout", "CATALOG_URL does not point at the catalogsim service")
 	}
 	requireDependency(service("checkout"), "catalogsim", types.ServiceConditionHealthy, fail)
+	checkouts := []types.ServiceConfig{service("checkout")}
+	for _, name := range []string{"checkout-fleet", "checkout-pgbouncer"} {
+		if s, ok := p.Services[name]; ok { // when its profile is loaded
+			checkouts = append(checkouts, s)
+		}
+	}
+	checkIssuer(service("devissuer"), targets, fail, checkouts...)
 	return errs
+}
+
+// checkIssuer checks the demo's authentication (docs/design.md,
+// "Authentication"): the development issuer is built from the Dockerfile,
+// listens on 8084, published on loopback only (checked above with every
+// port), and each checkout verifies its tokens. A token's iss is
+// DEVISSUER_ISSUER and checkout accepts only iss equal to AUTH_ISSUER, from
+// which it also fetches the keys, so the two must be the same string, and
+// one that names the issuer's service: a host address such as
+// 127.0.0.1:8084 would be checkout's own container.
+func checkIssuer(issuer types.ServiceConfig, targets []string, fail func(string, string, ...any), checkouts ...types.ServiceConfig) {
+	checkBuild(issuer, "devissuer", targets, fail)
+	checkEnvironment(issuer, []string{"DEVISSUER_ADDR", "DEVISSUER_ISSUER", "DEVISSUER_AUDIENCE"}, fail)
+	if addr := issuer.Environment["DEVISSUER_ADDR"]; addr != nil && *addr != ":8084" {
+		fail(issuer.Name, "DEVISSUER_ADDR %q, want :8084 (every interface of its container: checkout connects from another)", *addr)
+	}
+	if !slices.ContainsFunc(issuer.Ports, func(pc types.ServicePortConfig) bool { return pc.Published == "8084" }) {
+		fail(issuer.Name, "port 8084 not published: the walkthrough gets its token from 127.0.0.1:8084")
+	}
+	if hc := issuer.HealthCheck; hc == nil || !strings.HasSuffix(strings.Join(hc.Test, " "), "devissuer healthcheck") {
+		fail(issuer.Name, "healthcheck does not run `devissuer healthcheck`")
+	}
+	var iss, aud string
+	if v := issuer.Environment["DEVISSUER_ISSUER"]; v != nil {
+		iss = *v
+	}
+	if v := issuer.Environment["DEVISSUER_AUDIENCE"]; v != nil {
+		aud = *v
+	}
+	if want := "http://" + issuer.Name + ":8084"; iss != want {
+		fail(issuer.Name, "DEVISSUER_ISSUER %q, want %q: the URL checkout reaches it at, inside compose", iss, want)
+	}
+	for _, s := range checkouts {
+		checkEnvironment(s, []string{"AUTH_ISSUER", "AUTH_AUDIENCE"}, fail)
+		if v := s.Environment["AUTH_ISSUER"]; v != nil && *v != iss {
+			fail(s.Name, "AUTH_ISSUER %q is not devissuer's DEVISSUER_ISSUER %q: every token's iss would be refused", *v, iss)
+		}
+		if v := s.Environment["AUTH_AUDIENCE"]; v != nil && *v != aud {
+			fail(s.Name, "AUTH_AUDIENCE %q is not devissuer's DEVISSUER_AUDIENCE %q: every token's aud would be refused", *v, aud)
+		}
+		requireDependency(s, "devissuer", types.ServiceConditionHealthy, fail)
+	}
 }
 
 func requireDependency(s types.ServiceConfig, on, condition string, fail func(string, string, ...any)) {

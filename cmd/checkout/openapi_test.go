@@ -16,12 +16,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/go-jose/go-jose/v4"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -113,6 +116,8 @@ func TestOpenAPISpecIsValid(t *testing.T) {
 type contract struct {
 	router routers.Router
 	base   string
+	// authenticate checks a request against the spec's bearerAuth scheme.
+	authenticate openapi3filter.AuthenticationFunc
 }
 
 func newContract(t *testing.T, baseURL string) *contract {
@@ -125,7 +130,24 @@ func newContract(t *testing.T, baseURL string) *contract {
 	if err != nil {
 		t.Fatalf("router: %v", err)
 	}
-	return &contract{router: router, base: baseURL}
+	// Checkout without AUTH_ISSUER needs no token, so by default the
+	// spec's bearerAuth requirement is taken as met; requireBearer holds a
+	// server with authentication on to it.
+	return &contract{router: router, base: baseURL, authenticate: openapi3filter.NoopAuthenticationFunc}
+}
+
+// requireBearer makes the contract reject requests without a bearer token,
+// as checkout with authentication on does. Whether the token is valid is
+// the server's to say, not the spec's.
+func (c *contract) requireBearer() *contract {
+	c.authenticate = func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+		scheme, token, _ := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return errors.New("no bearer token")
+		}
+		return nil
+	}
+	return c
 }
 
 // call is one request of a contract test.
@@ -169,7 +191,7 @@ func (c *contract) check(t *testing.T, tc call) response {
 	}
 	reqInput := &openapi3filter.RequestValidationInput{
 		Request: req, PathParams: pathParams, Route: route,
-		Options: &openapi3filter.Options{MultiError: true},
+		Options: &openapi3filter.Options{MultiError: true, AuthenticationFunc: c.authenticate},
 	}
 	err = openapi3filter.ValidateRequest(t.Context(), reqInput)
 	switch {
@@ -435,4 +457,64 @@ func TestPriceCheckResponsesMatchOpenAPISpec(t *testing.T) {
 		t.Errorf("Catalog-Prices = %q, want stale; age=…", got)
 	}
 	c.check(t, postOrder("503 catalog unavailable", uuid.NewString(), uncached).want(503).problem(urn+"catalog-unavailable"))
+}
+
+// TestAuthResponsesMatchOpenAPISpec: with authentication on against the
+// development issuer over HTTP, the answers the token check and the rate
+// limit add (401, 403, 429 and the issuer's 503) are the documented ones.
+func TestAuthResponsesMatchOpenAPISpec(t *testing.T) {
+	t.Parallel()
+	// A window of an hour: the quota cannot drain while the test runs.
+	const limit = 8
+	b := setupAuth(t, map[string]string{"RATE_LIMIT": strconv.Itoa(limit), "RATE_LIMIT_WINDOW": "1h"})
+	c := newContract(t, b.url).requireBearer()
+	as := func(cl call, token string) call { return cl.with("Authorization", "Bearer "+token) }
+	getOrder := func(name, path string) call { return call{name: name, method: http.MethodGet, path: path} }
+	alice, bob := b.token(t, "cus_alice"), b.token(t, "cus_bob")
+
+	// The provider is unreachable (setupAuth), so orders are deferred.
+	placed := c.check(t, as(postOrder("202 with a token", uuid.NewString(), authOrder("")), alice).want(202).
+		header("RateLimit-Policy", `"per-client";q=8;w=3600`))
+	if got := placed.header.Get("RateLimit"); !strings.HasPrefix(got, `"per-client";r=7;t=`) {
+		t.Errorf("RateLimit = %q, want 7 of 8 requests left", got)
+	}
+	location := placed.header.Get("Location")
+	c.check(t, as(getOrder("200 own order", location), alice).want(200))
+	c.check(t, as(postOrder("403 another customer's name", uuid.NewString(), authOrder("cus_bob")), alice).want(403).problem(urn+"other-customer"))
+	c.check(t, as(getOrder("404 another customer's order", location), bob).want(404).problem("about:blank"))
+
+	c.check(t, postOrder("401 no token", uuid.NewString(), authOrder("")).want(401).problem(urn+"unauthenticated").
+		header("WWW-Authenticate", `Bearer realm="checkout"`).invalid())
+	c.check(t, getOrder("401 GET without a token", location).want(401).problem(urn+"unauthenticated").invalid())
+	c.check(t, as(postOrder("401 invalid token", uuid.NewString(), authOrder("")), "not-a-jwt").want(401).problem(urn+"invalid-token").
+		header("WWW-Authenticate", `Bearer realm="checkout", error="invalid_token"`))
+	for _, path := range []string{"/health", "/ready", "/metrics"} {
+		c.check(t, getOrder(path+" without a token", path).want(200))
+	}
+
+	// One customer spends its quota; the next request is refused. The
+	// sketch may overcount, never undercount, so the refusal comes at the
+	// limit or before it.
+	busy := b.token(t, "cus_busy")
+	for i := range limit + 1 {
+		a := authCall(t, http.MethodGet, b.url+"/orders/"+uuid.NewString(), busy, "", "")
+		if a.status == http.StatusTooManyRequests {
+			break
+		}
+		if a.status != http.StatusNotFound || i == limit {
+			t.Fatalf("request %d of cus_busy = %d, want 404 until the limit of %d, then 429", i+1, a.status, limit)
+		}
+	}
+	c.check(t, as(getOrder("429 over the limit", "/orders/"+uuid.NewString()), busy).want(429).problem(urn+"rate-limited").
+		header("Retry-After", "3600", "RateLimit-Policy", `"per-client";q=8;w=3600`))
+	c.check(t, as(postOrder("429 POST over the limit", uuid.NewString(), authOrder("")), busy).want(429).problem(urn+"rate-limited"))
+	c.check(t, as(getOrder("another customer is not limited", location), alice).want(200))
+
+	// The issuer goes away and signs with a key checkout never saw: the
+	// token can be neither accepted nor refused.
+	b.issuerSrv.Close()
+	if err := b.issuer.Rotate(jose.RS256, true); err != nil {
+		t.Fatal(err)
+	}
+	c.check(t, as(postOrder("503 issuer unavailable", uuid.NewString(), authOrder("")), b.token(t, "cus_alice")).want(503).problem(urn+"identity-unavailable"))
 }

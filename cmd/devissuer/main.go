@@ -2,6 +2,8 @@
 // (internal/sim/devissuer) for the compose demo and `make run`. It is NOT
 // an identity provider: it hands a signed token for any customer to anyone
 // who asks, so it listens on loopback unless told otherwise.
+// `devissuer healthcheck` probes a running instance (for container
+// healthchecks, as the runtime image has no curl).
 package main
 
 import (
@@ -16,20 +18,27 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/resilientcheckout/checkout/internal/health"
 	"github.com/resilientcheckout/checkout/internal/sim/devissuer"
 )
 
 func main() {
-	if err := run(context.Background(), os.Getenv); err != nil {
+	if err := run(context.Background(), os.Args, os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "devissuer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string) error {
+func run(ctx context.Context, args []string, getenv func(string) string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	addr := or(getenv("DEVISSUER_ADDR"), "127.0.0.1:8084")
+	switch {
+	case len(args) > 1 && args[1] == "healthcheck":
+		return health.Probe(ctx, addr)
+	case len(args) > 1 && args[1] != "serve":
+		return fmt.Errorf("unknown command %q; usage: devissuer [serve|healthcheck]", args[1])
+	}
 	issuer, err := devissuer.New(devissuer.Config{
 		Issuer:   or(getenv("DEVISSUER_ISSUER"), "http://"+addr),
 		Audience: or(getenv("DEVISSUER_AUDIENCE"), "checkout"),

@@ -66,8 +66,11 @@ func rateLimit(cfg RateLimit) func(http.Handler) http.Handler {
 			h := w.Header()
 			reset, _ := strconv.ParseInt(h.Get(resetHeader), 10, 64)
 			left := max(0, reset-time.Now().Unix())
+			// httprate reports limit minus count, which is negative when
+			// the sketch overcounts a refused client; the field is not.
+			remaining, _ := strconv.Atoi(h.Get(remainingHeader))
 			h.Set("RateLimit-Policy", policy)
-			h.Set("RateLimit", rateLimitPolicy+";r="+h.Get(remainingHeader)+";t="+strconv.FormatInt(left, 10))
+			h.Set("RateLimit", rateLimitPolicy+";r="+strconv.Itoa(max(0, remaining))+";t="+strconv.FormatInt(left, 10))
 			h.Del(remainingHeader)
 			h.Del(resetHeader)
 			if limited {

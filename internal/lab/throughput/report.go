@@ -297,7 +297,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	l := r.Load
 	pw.printf("Load: %s -t%d -c%d, %g s after a %g s warm-up (timeout %g s), %d interleaved pairs; every request a valid order with its own Idempotency-Key; each run on a fresh database cloned from one migrated template, after a CHECKPOINT.\n",
 		l.Tool, l.Threads, l.Connections, l.DurationSeconds, l.WarmupSeconds, l.TimeoutSeconds, l.Pairs)
-	pw.printf("Baseline: %s (`throughput baseline`, pool of %d); checkout: checkout + worker + paymentsim at their defaults, PAYMENTSIM_LATENCY=0s, PAYMENTSIM_JITTER=0s.\n",
+	pw.printf("Baseline: %s (`throughput baseline`, pool of %d); checkout: checkout + worker + paymentsim at their defaults, RATE_LIMIT=0 (wrk sends from one address), PAYMENTSIM_LATENCY=0s, PAYMENTSIM_JITTER=0s.\n",
 		baselineDescription(r.Baseline), BaselinePoolSize)
 	if len(r.CheckoutEnv)+len(r.WorkerEnv) > 0 {
 		pw.printf("Settings changed: checkout %v, worker %v.\n", r.CheckoutEnv, r.WorkerEnv)

@@ -23,6 +23,8 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/uuid"
+
+	"github.com/resilientcheckout/checkout/internal/health"
 )
 
 // Config is the issuer's identity and the tokens it makes.
@@ -148,8 +150,10 @@ func (i *Issuer) JWKS() jose.JSONWebKeySet {
 //	POST /token  (form customer=cus_123)    {"access_token": …, "token_type": "Bearer", "expires_in": …}
 //	GET  /token?customer=cus_123            the same, for curl
 //	POST /admin/rotate?alg=ES256&keep=false  a new signing key
+//	GET  /health                            liveness, for the container healthcheck
 func (i *Issuer) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /health", health.Liveness())
 	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"issuer":                                i.cfg.Issuer,
