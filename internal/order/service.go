@@ -461,9 +461,10 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 
 // dbContext bounds one database step of the flow by DBTimeout. A client that
 // hangs up does not cancel it: a half-done request is worse than a finished
-// one. A timeout can still fire after Postgres committed: the client gets a
-// 503 for an order that exists, which is safe — the worker charges it, and a
-// retry with the same key resumes it once the key's lock expires.
+// one. A timeout can fire after Postgres committed; what the client is told
+// then never claims "nothing stored": the first write's COMMIT unanswered is
+// a 504 outcome-unknown (OutcomeUnknownError), and any later step's failure
+// a 202 for the stored order (stored), which the worker finishes.
 func (s *Service) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
 }
