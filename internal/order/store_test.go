@@ -246,3 +246,46 @@ func TestAnAttemptIsNotMarkedOnASettledOrder(t *testing.T) {
 		t.Errorf("MarkAttempt on a failed order = %v, %v; want nothing marked", marked, err)
 	}
 }
+
+// TestAnUnansweredCommitIsAnUnknownOutcome: a first write's COMMIT that is
+// sent and not answered in time — here a deferred trigger makes the commit
+// itself slow — is an unknown outcome, never "nothing stored". pgx cancels
+// the statement when it gives up, which mostly rolls it back; but a commit
+// past the point where a cancel can stop it (its WAL flush, a synchronous
+// standby's confirmation: "committed locally") stands. The trigger stands
+// in for that: it outlives the cancel, and the order is stored after the
+// client gave up.
+func TestAnUnansweredCommitIsAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `
+		CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			BEGIN PERFORM pg_sleep(0.6); EXCEPTION WHEN query_canceled THEN PERFORM pg_sleep(0.2); END;
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON idempotency_keys
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	op := claimOf(t, "slow-commit")
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err = insertOrdersWithKeys(short, conn.Conn(), []*claimOp{&op}, time.Second)
+	if !errors.Is(err, errOutcomeUnknown) {
+		t.Fatalf("COMMIT unanswered within the deadline = %v; want errOutcomeUnknown", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := Get(ctx, db, op.order.ID); err == nil {
+			return // stored after all: the answer was right not to say otherwise
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the order whose COMMIT went unanswered was never stored; the test shows less than it claims")
+		}
+	}
+}
