@@ -65,9 +65,15 @@ type Report struct {
 	ReplaysSpanCrash   int // of those, sent after a Postgres crash or failover that began after the first request
 	ReplaysRecomputed  int // across a Postgres crash or failover: same status and order, other bytes
 	ReplaysUnavailable int // no answer or 503 (or 409 after a crash): nothing to judge
-	Mismatches422      int
-	RetriesAnswered    int // retries of an unanswered key that got 201, 202 or 402
-	RetriesUnanswered  int // 409 (still in progress), 503 or no answer again
+	// Unrecorded counts the 202s with the order still pending: the database
+	// failed after the order was stored, and the answer was not recorded
+	// (docs/design.md, "A database failure after the order is stored
+	// answers 202"). ReplaysOfUnrecorded counts the replays of those, which
+	// get the order as it then stands.
+	Unrecorded, ReplaysOfUnrecorded int
+	Mismatches422                   int
+	RetriesAnswered                 int // retries of an unanswered key that got 201, 202 or 402
+	RetriesUnanswered               int // 409 (still in progress), 503 or no answer again
 
 	Failovers []FailoverReport
 
@@ -209,8 +215,12 @@ func (r *Report) answered(x Exchange, decline bool, orders map[string]Order) {
 			r.violate("order %s: answered 201 %s with charge %q, stored %s with charge %q", o.ID, answered.Status, answered.ChargeID, o.Status, o.ChargeID)
 		}
 	case http.StatusAccepted:
-		if answered.Status != "pending_payment" {
-			r.violate("order %s: answered 202 with status %q, want pending_payment", o.ID, answered.Status)
+		switch answered.Status {
+		case "pending_payment":
+		case "pending":
+			r.Unrecorded++
+		default:
+			r.violate("order %s: answered 202 with status %q, want pending_payment (or pending, unrecorded)", o.ID, answered.Status)
 		}
 	case http.StatusPaymentRequired:
 		if !decline || o.Status != "payment_failed" || o.FailureReason != "card_declined" {
@@ -225,11 +235,26 @@ func (r *Report) answered(x Exchange, decline bool, orders map[string]Order) {
 // lost (it commits asynchronously, SETTLE_ASYNC_COMMIT): the replay then
 // resumes the order — a fresh answer, not marked replayed, with the same
 // status and order — or finds the resumed request still running (409).
+//
+// The first answer may also be one that was never recorded: a 202 with the
+// order still pending, given when the database failed after the order was
+// stored. Its replay gets the order as it then stands (any acknowledged
+// answer naming the same order, replayed or resumed), or a 409 while the
+// key's lock holds.
 func (r *Report) auditReplay(x, first Exchange) {
 	crashed := x.Crashes > first.Crashes
+	unrecorded := first.Status == http.StatusAccepted && answerStatus(first.Answer) == "pending"
 	switch {
-	case x.Status == 0, x.Status == http.StatusServiceUnavailable, crashed && x.Status == http.StatusConflict:
+	case x.Status == 0, x.Status == http.StatusServiceUnavailable, (crashed || unrecorded) && x.Status == http.StatusConflict:
 		r.ReplaysUnavailable++
+		return
+	case unrecorded:
+		if x.Acknowledged() && x.OrderID == first.OrderID {
+			r.ReplaysOfUnrecorded++
+		} else {
+			r.violate("replay %d of the unrecorded 202 of exchange %d (key %s): got %d %s, want the order %s as it stands",
+				x.Seq, first.Seq, x.Key, x.Status, x.Answer, first.OrderID)
+		}
 		return
 	}
 	same := x.Status == first.Status && bytes.Equal(x.Answer, first.Answer) && x.Location == first.Location
@@ -271,6 +296,15 @@ func (r *Report) auditFailover(f FailoverTimes, exchanges []Exchange) {
 		}
 	}
 	r.Failovers = append(r.Failovers, fr)
+}
+
+// answerStatus is the order status an answer's body names.
+func answerStatus(answer []byte) string {
+	var a struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(answer, &a)
+	return a.Status
 }
 
 // auditOrders checks every row against its key and the provider's lookup.
@@ -355,6 +389,8 @@ func (r Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "provider: %d successful charges\n", r.ProviderCharges)
 	fmt.Fprintf(w, "replays:  %d byte-identical (%d of them across a Postgres crash or failover), %d recomputed across one, %d unanswered (503 or no answer); %d reused keys refused 422\n",
 		r.ReplaysConsistent, r.ReplaysSpanCrash, r.ReplaysRecomputed, r.ReplaysUnavailable, r.Mismatches422)
+	fmt.Fprintf(w, "unrecorded: %d answers 202 with the order still pending (the database failed after storing it), %d replays of them got the order as it then stood\n",
+		r.Unrecorded, r.ReplaysOfUnrecorded)
 	fmt.Fprintf(w, "retries:  %d of a key left unanswered got their order's answer, %d found it in progress (409) or got none again\n",
 		r.RetriesAnswered, r.RetriesUnanswered)
 	for _, f := range r.Failovers {

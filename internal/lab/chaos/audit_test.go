@@ -203,3 +203,32 @@ func TestAuditReportsAFailover(t *testing.T) {
 		t.Errorf("nothing acknowledged after a failover: violations %q, want one", r.Violations)
 	}
 }
+
+// TestAuditAcceptsAnUnrecordedAnswer: a 202 with the order still pending is
+// the answer given when the database failed after the order was stored; it
+// is not recorded, so its replay gets the order as it then stands.
+func TestAuditAcceptsAnUnrecordedAnswer(t *testing.T) {
+	t.Parallel()
+	ev := evidence()
+	ev.Exchanges[2].Answer = []byte(`{"id":"o3","status":"pending"}`)
+	ev.Exchanges = append(ev.Exchanges,
+		Exchange{Seq: 8, Kind: RequestReplay, Of: 2, Key: "k2", Status: 201, Answer: []byte(`{"id":"o3","status":"paid","charge_id":"ch_3"}`), OrderID: "o3"},
+		Exchange{Seq: 9, Kind: RequestReplay, Of: 2, Key: "k2", Status: 202, Answer: []byte(`{"id":"o3","status":"pending_payment"}`), OrderID: "o3", Replayed: true},
+		Exchange{Seq: 10, Kind: RequestReplay, Of: 2, Key: "k2", Status: 409})
+	r := Audit(ev)
+	if !r.OK() {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+	if r.Unrecorded != 1 || r.ReplaysOfUnrecorded != 2 || r.ReplaysUnavailable != 1 {
+		t.Errorf("unrecorded %d, replays of it %d, unavailable %d; want 1, 2, 1", r.Unrecorded, r.ReplaysOfUnrecorded, r.ReplaysUnavailable)
+	}
+	ev.Exchanges = append(ev.Exchanges, Exchange{Seq: 11, Kind: RequestReplay, Of: 2, Key: "k2", Status: 201, Answer: []byte(`{"id":"o1","status":"paid"}`), OrderID: "o1"})
+	if r := Audit(ev); r.OK() {
+		t.Error("a replay of an unrecorded answer naming another order passed")
+	}
+	ev = evidence()
+	ev.Exchanges[2].Answer = []byte(`{"id":"o3","status":"paid"}`)
+	if r := Audit(ev); r.OK() {
+		t.Error("a 202 naming a paid order passed")
+	}
+}
