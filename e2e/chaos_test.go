@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -57,13 +58,15 @@ var soakWorkerEnv = map[string]string{
 }
 
 // TestChaos is the randomized soak (`make chaos`): the real
-// binaries — paymentsim, checkout and two workers — on a PostgreSQL cluster
-// of the test's own, checkout and the workers reaching it through a TCP
-// proxy the soak can cut. Open-loop orders (new, declined, replayed, a key
-// reused with another body, a key left unanswered retried) run while the seeded plan injects provider
+// binaries — paymentsim, checkout and two workers — on a PostgreSQL primary
+// of the test's own with a synchronous streaming standby, checkout and the
+// workers reaching both through a TCP proxy per server that the soak can
+// cut, on a multi-host URL with target_session_attrs=read-write. Open-loop
+// orders (new, declined, replayed, a key reused with another body, a key
+// left unanswered retried) run while the seeded plan injects provider
 // faults through the simulator's admin API, kills checkout and workers
-// (SIGKILL), stops a worker (SIGTERM), crashes Postgres and cuts the
-// database connection, one or two at a time. Then everything is healed, the
+// (SIGKILL), stops a worker (SIGTERM), crashes the primary, fails over to
+// the standby and cuts the database connection, one or two at a time. Then everything is healed, the
 // orders get -chaos.drain to settle, and chaos.Audit holds Postgres against
 // the provider's ledger. Any violation fails the test; the events and the
 // audit are logged (go test -v, or make chaos).
@@ -91,6 +94,7 @@ func TestChaos(t *testing.T) {
 	s.healAll()
 	s.drain(*chaosDrain)
 	ev := s.evidence(load.Exchanges())
+	ev.Failovers = s.failoverTimes(load)
 	report := chaos.Audit(ev)
 	report.Violations = append(s.violations, report.Violations...)
 	s.checkLookupAfter(ev.Stats, &report)
@@ -114,9 +118,15 @@ func TestChaos(t *testing.T) {
 type soak struct {
 	t     *testing.T
 	start time.Time
-	pg    *cluster
-	db    *pgxpool.Pool // direct, for the drain and the audit
-	proxy *dbtest.Proxy
+	// servers are the primary and its synchronous standby; primary is the
+	// index of the one that accepts writes. A failover promotes the other
+	// and puts a new standby in the old primary's place, on its port.
+	servers [2]*cluster
+	primary int
+	db      *pgxpool.Pool    // direct to both servers, for the drain and the audit
+	proxies [2]*dbtest.Proxy // one in front of each server's port
+	// failovers are the kill and promotion times of each failover.
+	failovers []struct{ killed, promoted time.Time }
 
 	sim      *process.Process
 	provider *chaos.Provider
@@ -124,8 +134,8 @@ type soak struct {
 	checkout atomic.Pointer[process.Process]
 	workers  []*process.Process
 	stopping map[int]chan error // workers sent SIGTERM, until they are restarted
-	crashes  atomic.Int32
-	jobs     map[string]int // checkout_charge_jobs_total by outcome, over every worker process
+	crashes  atomic.Int32       // Postgres crashes and failovers begun
+	jobs     map[string]int     // checkout_charge_jobs_total by outcome, over every worker process
 
 	fastForwarded int      // jobs made due early, see fastForward
 	violations    []string // found by the soak itself rather than the audit
@@ -133,21 +143,34 @@ type soak struct {
 
 func startSoak(t *testing.T) *soak {
 	t.Helper()
-	s := &soak{t: t, pg: startCluster(t), stopping: map[int]chan error{}, jobs: map[string]int{}}
+	s := &soak{t: t, stopping: map[int]chan error{}, jobs: map[string]int{}}
+	primary := startCluster(t)
 	migrate := exec.Command(binary("checkout"), "migrate")
-	migrate.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.pg.URL()}
+	migrate.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + primary.URL()}
 	if out, err := migrate.CombinedOutput(); err != nil {
 		t.Fatalf("checkout migrate: %v\n%s", err, out)
 	}
+	s.servers = [2]*cluster{primary, startStandby(t, primary)}
+	if err := replicate(context.Background(), primary, true); err != nil {
+		t.Fatal(err)
+	}
 	var err error
-	if s.db, err = pgxpool.New(context.Background(), s.pg.URL()); err != nil {
+	if s.db, err = pgxpool.New(context.Background(), multiHostURL(s.servers[0].addr(), s.servers[1].addr())); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.db.Close)
-	s.proxy = dbtest.NewProxy(t, s.pg.URL())
+	var proxied []string
+	for i, c := range s.servers {
+		s.proxies[i] = dbtest.NewProxy(t, c.URL())
+		u, err := url.Parse(s.proxies[i].URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxied = append(proxied, u.Host)
+	}
 	s.sim = process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	s.provider = chaos.NewProvider(s.sim.URL)
-	s.env = map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": s.proxy.URL(), "PAYMENT_URL": s.sim.URL}
+	s.env = map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": multiHostURL(proxied...), "PAYMENT_URL": s.sim.URL}
 	s.startCheckout()
 	for range 2 {
 		s.workers = append(s.workers, s.startWorker())
@@ -217,9 +240,17 @@ func (s *soak) apply(e chaos.Event) {
 		s.stopping[e.Target] = stopped
 	case chaos.CrashPostgres:
 		s.crashes.Add(1)
-		err = s.pg.crash()
+		err = s.servers[s.primary].crash()
 	case chaos.CutDatabase:
-		s.proxy.Cut()
+		for _, p := range s.proxies {
+			p.Cut()
+		}
+	case chaos.Failover:
+		// A settle committed asynchronously may be lost to a failover as to
+		// a crash: the load counts both alike.
+		s.crashes.Add(1)
+		err = s.servers[s.primary].crash()
+		s.failovers = append(s.failovers, struct{ killed, promoted time.Time }{killed: time.Now()})
 	default:
 		err = s.provider.Inject(context.Background(), e.FaultJSON())
 	}
@@ -242,9 +273,13 @@ func (s *soak) heal(e chaos.Event) {
 		delete(s.stopping, e.Target)
 		s.workers[e.Target] = s.startWorker()
 	case chaos.CrashPostgres:
-		err = s.pg.start()
+		err = s.servers[s.primary].start()
 	case chaos.CutDatabase:
-		s.proxy.Restore()
+		for _, p := range s.proxies {
+			p.Restore()
+		}
+	case chaos.Failover:
+		err = s.failover()
 	default:
 		s.logf("heal  %s (ended by the simulator)", e.Kind)
 		return
@@ -255,6 +290,40 @@ func (s *soak) heal(e chaos.Event) {
 	s.logf("heal  %s", e.Kind)
 }
 
+// failover promotes the standby of a primary the plan killed, then makes a
+// new synchronous standby of the new primary in the old one's place: a
+// fresh base backup on the old primary's port, behind its proxy, so the
+// multi-host URL still names both servers. The old primary's directory is
+// removed, never started again: it may hold commits that no standby
+// confirmed, which would fork its history from the new primary's.
+func (s *soak) failover() error {
+	old, promoted := s.servers[s.primary], s.servers[1-s.primary]
+	if err := promoted.pgCtl("promote", "-w"); err != nil {
+		return err
+	}
+	s.failovers[len(s.failovers)-1].promoted = time.Now()
+	s.primary = 1 - s.primary
+	s.logf("      standby on port %d promoted; rebuilding the old primary as its standby", promoted.port)
+	if err := os.RemoveAll(old.dir); err != nil {
+		return err
+	}
+	standby, err := newStandby(s.t, promoted, old.port)
+	if err != nil {
+		return err
+	}
+	s.servers[1-s.primary] = standby
+	return replicate(context.Background(), promoted, true)
+}
+
+// failoverTimes are the soak's failovers in the load's time.
+func (s *soak) failoverTimes(load *chaos.Load) []chaos.FailoverTimes {
+	var out []chaos.FailoverTimes
+	for _, f := range s.failovers {
+		out = append(out, chaos.FailoverTimes{Killed: load.Since(f.killed), Promoted: load.Since(f.promoted)})
+	}
+	return out
+}
+
 // healAll makes sure nothing is left broken (every event healed itself by
 // the plan's end; this is the belt to those braces) and that every process
 // still answers /health: one that died on its own is a finding.
@@ -262,7 +331,12 @@ func (s *soak) healAll() {
 	if err := s.provider.Heal(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
-	s.proxy.Restore()
+	for _, p := range s.proxies {
+		p.Restore()
+	}
+	// The direct pool may hold connections to a server that a failover
+	// killed.
+	s.db.Reset()
 	procs := map[string]*process.Process{"paymentsim": s.sim, "checkout": s.checkout.Load()}
 	for i, w := range s.workers {
 		procs[fmt.Sprintf("worker %d", i)] = w
@@ -272,7 +346,7 @@ func (s *soak) healAll() {
 			s.violate("%s is not healthy after the soak: %v\nlast logs:\n%s", name, err, tail(p.Logs(), 20))
 		}
 	}
-	s.logf("healed: provider faults cleared, database proxy restored, every process healthy")
+	s.logf("healed: provider faults cleared, database proxies restored, every process healthy")
 }
 
 // drain waits, at most within, until no order is pending or

@@ -73,15 +73,21 @@ func (c *cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 }
 
+// addr is the server's host:port.
+func (c *cluster) addr() string { return fmt.Sprintf("127.0.0.1:%d", c.port) }
+
 // start starts the server and waits until it accepts connections (after a
 // crash, once recovery is done). synchronous_commit stays at its default,
 // on: only what checkout itself commits asynchronously (the settle, see
 // SETTLE_ASYNC_COMMIT) may be lost to a crash, as in production. fsync
 // is off because the crash here is the server's, not the machine's: every
-// write the server made is in the OS's page cache, which survives it.
+// write the server made is in the OS's page cache, which survives it. A
+// standby whose primary went away tries to stream again every 500 ms
+// (wal_retrieve_retry_interval, 5 s by default), so a primary restarted
+// after a crash finds its synchronous standby back within a second.
 func (c *cluster) start() error {
 	return c.pgCtl("start", "-w", "-t", "60", "-l", filepath.Join(c.dir, "log"), "-o",
-		fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", c.port, c.dir))
+		fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c wal_retrieve_retry_interval=500ms", c.port, c.dir))
 }
 
 // crash stops the server the way a crash does (pg_ctl stop -m immediate):

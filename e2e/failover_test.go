@@ -6,41 +6,84 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
-// startStandby makes a streaming standby of primary (pg_basebackup -R with
-// a replication slot) and starts it.
+// startStandby makes a streaming standby of primary on a port of its own
+// and starts it.
 func startStandby(t *testing.T, primary *cluster) *cluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "checkout-standby-pg")
+	s, err := newStandby(t, primary, freePort(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &cluster{bin: primary.bin, dir: dir, port: freePort(t), asRoot: primary.asRoot}
-	if s.asRoot {
-		if out, err := exec.Command("chown", "postgres", dir).CombinedOutput(); err != nil {
-			t.Fatalf("chown: %v\n%s", err, out)
-		}
+	return s
+}
+
+// newStandby makes a streaming standby of primary in a fresh directory
+// (pg_basebackup -R with a replication slot, after a fast checkpoint, so a
+// primary under load answers at once) and starts it on port. The test's end
+// stops it and removes the directory.
+func newStandby(t *testing.T, primary *cluster, port int) (*cluster, error) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "checkout-standby-pg")
+	if err != nil {
+		return nil, err
 	}
+	s := &cluster{bin: primary.bin, dir: dir, port: port, asRoot: primary.asRoot}
 	t.Cleanup(func() {
 		_ = s.pgCtl("stop", "-m", "immediate")
 		os.RemoveAll(dir)
 	})
+	if s.asRoot {
+		if out, err := exec.Command("chown", "postgres", dir).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("chown: %w\n%s", err, out)
+		}
+	}
 	if out, err := s.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
-		"-D", s.data(), "-R", "-C", "-S", "standby", "-X", "stream").CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+		"-D", s.data(), "-R", "-C", "-S", "standby", "-X", "stream", "--checkpoint=fast").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_basebackup: %w\n%s", err, out)
 	}
-	if err := s.start(); err != nil {
-		t.Fatal(err)
+	return s, s.start()
+}
+
+// replicate makes primary's commits wait for a standby
+// (synchronous_standby_names = '*') or not, and waits until a standby
+// streams from it in that mode.
+func replicate(ctx context.Context, primary *cluster, synchronous bool) error {
+	conn, err := pgx.Connect(ctx, primary.URL())
+	if err != nil {
+		return err
 	}
-	return s
+	defer conn.Close(ctx)
+	names, want := "", "async"
+	if synchronous {
+		names, want = "*", "sync"
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER SYSTEM SET synchronous_standby_names = '%s'`, names)); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return err
+	}
+	var state string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err := conn.QueryRow(ctx, `SELECT coalesce(max(sync_state), '') FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&state); err != nil {
+			return err
+		}
+		if state == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("standby not streaming as %s within 30 s: %q", want, state)
 }
 
 // failoverRun is what one run of the failover scenario saw.
@@ -137,33 +180,11 @@ func failoverPair(t *testing.T, synchronous bool) (primary, standby *cluster, db
 	}
 	standby = startStandby(t, primary)
 	ctx := context.Background()
-	p, err := pgxpool.New(ctx, primary.URL())
-	if err != nil {
+	if err := replicate(ctx, primary, synchronous); err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	if synchronous {
-		for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
-			if _, err := p.Exec(ctx, sql); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	want := "async"
-	if synchronous {
-		want = "sync"
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var state string
-		_ = p.QueryRow(ctx, `SELECT coalesce(max(sync_state), '') FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&state)
-		if state == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("standby not streaming as %s: %q", want, state)
-		}
-	}
-	db, err = pgxpool.New(ctx, multiHostURL(primary, standby))
+	var err error
+	db, err = pgxpool.New(ctx, multiHostURL(primary.addr(), standby.addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +192,10 @@ func failoverPair(t *testing.T, synchronous bool) (primary, standby *cluster, db
 	return primary, standby, db
 }
 
-// multiHostURL names both servers; pgx connects to whichever accepts writes.
-func multiHostURL(a, b *cluster) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", a.port, b.port)
+// multiHostURL names every server (host:port); pgx connects to whichever
+// accepts writes.
+func multiHostURL(hosts ...string) string {
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&target_session_attrs=read-write", strings.Join(hosts, ","))
 }
 
 // runFailover sends orders at 30/s for 12 s with checkout and a worker on
@@ -182,7 +204,7 @@ func multiHostURL(a, b *cluster) string {
 // before its promotion, so it lacks the primary's last 3 s.
 func runFailover(t *testing.T, primary, standby *cluster, db *pgxpool.Pool, lag bool) (*failoverRun, *process.Process) {
 	t.Helper()
-	url := multiHostURL(primary, standby)
+	url := multiHostURL(primary.addr(), standby.addr())
 	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "100ms"})
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url, "PAYMENT_URL": sim.URL}
 	checkout := process.StartBinary(t, binary("checkout"), nil, env)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Order is an orders row as the audit reads it.
@@ -32,6 +33,24 @@ type Evidence struct {
 	// Charges is the provider's lookup for every order id and every
 	// reference the ledger names.
 	Charges map[string][]Charge
+	// Failovers are the soak's failovers, in the load's time.
+	Failovers []FailoverTimes
+}
+
+// FailoverTimes is when a failover killed the primary and promoted the standby.
+type FailoverTimes struct {
+	Killed, Promoted time.Duration // in the load's time, that of Exchange.Sent
+}
+
+// FailoverReport is what the clients saw of a failover.
+type FailoverReport struct {
+	FailoverTimes
+	// Recovered is when the first request sent after the promotion was
+	// acknowledged; zero if none was.
+	Recovered time.Duration
+	// Unavailable and Unanswered count the requests sent from the kill
+	// until Recovered that got a 503 or no answer at all.
+	Unavailable, Unanswered int
 }
 
 // Report is the audit's outcome.
@@ -43,12 +62,20 @@ type Report struct {
 	ProviderCharges int
 
 	ReplaysConsistent  int // byte-identical to the first answer
-	ReplaysSpanCrash   int // of those, sent after a Postgres crash that began after the first request
-	ReplaysRecomputed  int // across a Postgres crash: same status and order, other bytes
+	ReplaysSpanCrash   int // of those, sent after a Postgres crash or failover that began after the first request
+	ReplaysRecomputed  int // across a Postgres crash or failover: same status and order, other bytes
 	ReplaysUnavailable int // no answer or 503 (or 409 after a crash): nothing to judge
-	Mismatches422      int
-	RetriesAnswered    int // retries of an unanswered key that got 201, 202 or 402
-	RetriesUnanswered  int // 409 (still in progress), 503 or no answer again
+	// Unrecorded counts the 202s with the order still pending: the database
+	// failed after the order was stored, and the answer was not recorded
+	// (docs/design.md, "A database failure after the order is stored
+	// answers 202"). ReplaysOfUnrecorded counts the replays of those, which
+	// get the order as it then stands.
+	Unrecorded, ReplaysOfUnrecorded int
+	Mismatches422                   int
+	RetriesAnswered                 int // retries of an unanswered key that got 201, 202 or 402
+	RetriesUnanswered               int // 409 (still in progress), 503 or no answer again
+
+	Failovers []FailoverReport
 
 	Violations []string
 }
@@ -72,7 +99,13 @@ func (r *Report) violate(format string, args ...any) {
 //   - a replay repeats the first answer byte for byte with
 //     Idempotent-Replayed: true — across a Postgres crash, docs/design.md, "After a crash" allows
 //     a recomputed answer with the same status and order (see auditReplay);
-//     a key reused with another body is a 422.
+//     a key reused with another body is a 422;
+//   - after every failover an order is acknowledged again: the processes
+//     found the new primary by themselves.
+//
+// A failover to a synchronous standby counts as a crash here: its
+// acknowledged orders must all survive it (invariant 1 holds them as
+// above), while a settle committed asynchronously may be lost to it.
 func Audit(ev Evidence) Report {
 	r := Report{Requests: map[string]int{}, Answers: map[int]int{}, Orders: map[string]int{}}
 	bySeq := make(map[int]Exchange, len(ev.Exchanges))
@@ -115,6 +148,9 @@ func Audit(ev Evidence) Report {
 		}
 	}
 	r.Acknowledged = len(acked)
+	for _, f := range ev.Failovers {
+		r.auditFailover(f, ev.Exchanges)
+	}
 	r.auditOrders(ev)
 	r.auditLedger(ev)
 	return r
@@ -179,8 +215,12 @@ func (r *Report) answered(x Exchange, decline bool, orders map[string]Order) {
 			r.violate("order %s: answered 201 %s with charge %q, stored %s with charge %q", o.ID, answered.Status, answered.ChargeID, o.Status, o.ChargeID)
 		}
 	case http.StatusAccepted:
-		if answered.Status != "pending_payment" {
-			r.violate("order %s: answered 202 with status %q, want pending_payment", o.ID, answered.Status)
+		switch answered.Status {
+		case "pending_payment":
+		case "pending":
+			r.Unrecorded++
+		default:
+			r.violate("order %s: answered 202 with status %q, want pending_payment (or pending, unrecorded)", o.ID, answered.Status)
 		}
 	case http.StatusPaymentRequired:
 		if !decline || o.Status != "payment_failed" || o.FailureReason != "card_declined" {
@@ -195,11 +235,26 @@ func (r *Report) answered(x Exchange, decline bool, orders map[string]Order) {
 // lost (it commits asynchronously, SETTLE_ASYNC_COMMIT): the replay then
 // resumes the order — a fresh answer, not marked replayed, with the same
 // status and order — or finds the resumed request still running (409).
+//
+// The first answer may also be one that was never recorded: a 202 with the
+// order still pending, given when the database failed after the order was
+// stored. Its replay gets the order as it then stands (any acknowledged
+// answer naming the same order, replayed or resumed), or a 409 while the
+// key's lock holds.
 func (r *Report) auditReplay(x, first Exchange) {
 	crashed := x.Crashes > first.Crashes
+	unrecorded := first.Status == http.StatusAccepted && answerStatus(first.Answer) == "pending"
 	switch {
-	case x.Status == 0, x.Status == http.StatusServiceUnavailable, crashed && x.Status == http.StatusConflict:
+	case x.Status == 0, x.Status == http.StatusServiceUnavailable, (crashed || unrecorded) && x.Status == http.StatusConflict:
 		r.ReplaysUnavailable++
+		return
+	case unrecorded:
+		if x.Acknowledged() && x.OrderID == first.OrderID {
+			r.ReplaysOfUnrecorded++
+		} else {
+			r.violate("replay %d of the unrecorded 202 of exchange %d (key %s): got %d %s, want the order %s as it stands",
+				x.Seq, first.Seq, x.Key, x.Status, x.Answer, first.OrderID)
+		}
 		return
 	}
 	same := x.Status == first.Status && bytes.Equal(x.Answer, first.Answer) && x.Location == first.Location
@@ -215,6 +270,41 @@ func (r *Report) auditReplay(x, first Exchange) {
 		r.violate("replay %d of exchange %d (key %s): got %d replayed=%v %s, first answer %d %s",
 			x.Seq, first.Seq, x.Key, x.Status, x.Replayed, x.Answer, first.Status, first.Answer)
 	}
+}
+
+// auditFailover reports what the clients saw of f, and finds a violation if
+// no request sent after the promotion was acknowledged.
+func (r *Report) auditFailover(f FailoverTimes, exchanges []Exchange) {
+	fr := FailoverReport{FailoverTimes: f}
+	for _, x := range exchanges {
+		if x.Sent >= f.Promoted && x.Acknowledged() && (fr.Recovered == 0 || x.Answered < fr.Recovered) {
+			fr.Recovered = x.Answered
+		}
+	}
+	if fr.Recovered == 0 {
+		r.violate("no request sent after the failover at +%.1fs was acknowledged: the processes did not follow the promotion", f.Killed.Seconds())
+	}
+	for _, x := range exchanges {
+		if x.Sent < f.Killed || (fr.Recovered != 0 && x.Sent > fr.Recovered) {
+			continue
+		}
+		switch x.Status {
+		case http.StatusServiceUnavailable:
+			fr.Unavailable++
+		case 0:
+			fr.Unanswered++
+		}
+	}
+	r.Failovers = append(r.Failovers, fr)
+}
+
+// answerStatus is the order status an answer's body names.
+func answerStatus(answer []byte) string {
+	var a struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(answer, &a)
+	return a.Status
 }
 
 // auditOrders checks every row against its key and the provider's lookup.
@@ -297,10 +387,21 @@ func (r Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "answers:  %s\n", counts(answers))
 	fmt.Fprintf(w, "orders:   %d acknowledged; stored %s\n", r.Acknowledged, counts(r.Orders))
 	fmt.Fprintf(w, "provider: %d successful charges\n", r.ProviderCharges)
-	fmt.Fprintf(w, "replays:  %d byte-identical (%d of them across a Postgres crash), %d recomputed across a crash, %d unanswered (503 or no answer); %d reused keys refused 422\n",
+	fmt.Fprintf(w, "replays:  %d byte-identical (%d of them across a Postgres crash or failover), %d recomputed across one, %d unanswered (503 or no answer); %d reused keys refused 422\n",
 		r.ReplaysConsistent, r.ReplaysSpanCrash, r.ReplaysRecomputed, r.ReplaysUnavailable, r.Mismatches422)
+	fmt.Fprintf(w, "unrecorded: %d answers 202 with the order still pending (the database failed after storing it), %d replays of them got the order as it then stood\n",
+		r.Unrecorded, r.ReplaysOfUnrecorded)
 	fmt.Fprintf(w, "retries:  %d of a key left unanswered got their order's answer, %d found it in progress (409) or got none again\n",
 		r.RetriesAnswered, r.RetriesUnanswered)
+	for _, f := range r.Failovers {
+		fmt.Fprintf(w, "failover: primary killed at +%.1fs, standby promoted %.1fs later; ", f.Killed.Seconds(), (f.Promoted - f.Killed).Seconds())
+		if f.Recovered == 0 {
+			fmt.Fprintf(w, "no order acknowledged after it; ")
+		} else {
+			fmt.Fprintf(w, "first order acknowledged %.1fs after the kill; ", (f.Recovered - f.Killed).Seconds())
+		}
+		fmt.Fprintf(w, "%d requests answered 503 and %d not at all in between\n", f.Unavailable, f.Unanswered)
+	}
 	if r.OK() {
 		fmt.Fprintln(w, "audit:    no violation")
 		return

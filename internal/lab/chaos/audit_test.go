@@ -3,6 +3,7 @@ package chaos
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // evidence is a small soak that went right: a paid order (answered 201,
@@ -166,4 +167,68 @@ func setOrder(ev *Evidence, id string, change func(*Order)) {
 	o := ev.Orders[id]
 	change(&o)
 	ev.Orders[id] = o
+}
+
+// TestAuditReportsAFailover: the 503s and unanswered requests sent from the
+// kill until the first acknowledged answer to a request sent after the
+// promotion are counted; a failover after which nothing is acknowledged is
+// a violation.
+func TestAuditReportsAFailover(t *testing.T) {
+	t.Parallel()
+	ev := evidence()
+	s := time.Second
+	// k0 at 0 s, killed at 1 s; 503 (k5) and no answer sent in between,
+	// promoted at 2 s; the 202 (k2) sent at 2.5 s, answered at 3 s.
+	for i, x := range []struct{ sent, answered time.Duration }{{0, s / 10}, {4 * s, 4 * s}, {2*s + s/2, 3 * s}, {5 * s, 5 * s}, {5 * s, 5 * s}, {s + s/2, 2 * s}, {6 * s, 6 * s}, {6 * s, 6 * s}} {
+		ev.Exchanges[i].Sent, ev.Exchanges[i].Answered = x.sent, x.answered
+	}
+	ev.Exchanges = append(ev.Exchanges, Exchange{Seq: 8, Kind: RequestNew, Key: "k8", Sent: 1200 * time.Millisecond, Answered: 8 * s})
+	ev.Failovers = []FailoverTimes{{Killed: s, Promoted: 2 * s}}
+	r := Audit(ev)
+	if !r.OK() {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+	want := FailoverReport{FailoverTimes: ev.Failovers[0], Recovered: 3 * s, Unavailable: 1, Unanswered: 1}
+	if len(r.Failovers) != 1 || r.Failovers[0] != want {
+		t.Errorf("failovers %+v, want %+v", r.Failovers, want)
+	}
+	var out strings.Builder
+	r.Write(&out)
+	if !strings.Contains(out.String(), "failover: primary killed at +1.0s, standby promoted 1.0s later; first order acknowledged 2.0s after the kill; 1 requests answered 503 and 1 not at all in between") {
+		t.Errorf("report lacks the failover:\n%s", out.String())
+	}
+
+	ev.Failovers = []FailoverTimes{{Killed: 7 * s, Promoted: 8 * s}}
+	if r := Audit(ev); r.OK() || !strings.Contains(r.Violations[0], "did not follow the promotion") {
+		t.Errorf("nothing acknowledged after a failover: violations %q, want one", r.Violations)
+	}
+}
+
+// TestAuditAcceptsAnUnrecordedAnswer: a 202 with the order still pending is
+// the answer given when the database failed after the order was stored; it
+// is not recorded, so its replay gets the order as it then stands.
+func TestAuditAcceptsAnUnrecordedAnswer(t *testing.T) {
+	t.Parallel()
+	ev := evidence()
+	ev.Exchanges[2].Answer = []byte(`{"id":"o3","status":"pending"}`)
+	ev.Exchanges = append(ev.Exchanges,
+		Exchange{Seq: 8, Kind: RequestReplay, Of: 2, Key: "k2", Status: 201, Answer: []byte(`{"id":"o3","status":"paid","charge_id":"ch_3"}`), OrderID: "o3"},
+		Exchange{Seq: 9, Kind: RequestReplay, Of: 2, Key: "k2", Status: 202, Answer: []byte(`{"id":"o3","status":"pending_payment"}`), OrderID: "o3", Replayed: true},
+		Exchange{Seq: 10, Kind: RequestReplay, Of: 2, Key: "k2", Status: 409})
+	r := Audit(ev)
+	if !r.OK() {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+	if r.Unrecorded != 1 || r.ReplaysOfUnrecorded != 2 || r.ReplaysUnavailable != 1 {
+		t.Errorf("unrecorded %d, replays of it %d, unavailable %d; want 1, 2, 1", r.Unrecorded, r.ReplaysOfUnrecorded, r.ReplaysUnavailable)
+	}
+	ev.Exchanges = append(ev.Exchanges, Exchange{Seq: 11, Kind: RequestReplay, Of: 2, Key: "k2", Status: 201, Answer: []byte(`{"id":"o1","status":"paid"}`), OrderID: "o1"})
+	if r := Audit(ev); r.OK() {
+		t.Error("a replay of an unrecorded answer naming another order passed")
+	}
+	ev = evidence()
+	ev.Exchanges[2].Answer = []byte(`{"id":"o3","status":"paid"}`)
+	if r := Audit(ev); r.OK() {
+		t.Error("a 202 naming a paid order passed")
+	}
 }

@@ -32,7 +32,11 @@ type Exchange struct {
 	Key  string
 	Body []byte
 	Sent time.Duration // since the load's start
-	// Crashes is how many Postgres crashes had begun when it was sent.
+	// Answered is when its answer (or its error) came back, since the
+	// load's start.
+	Answered time.Duration
+	// Crashes is how many Postgres crashes and failovers had begun when it
+	// was sent.
 	Crashes int
 
 	Status   int    // 0: no HTTP answer (Err says why)
@@ -75,6 +79,7 @@ type Load struct {
 	checkout func() string // checkout's current base URL: it moves when restarted
 	crashes  func() int
 	client   *http.Client
+	started  atomic.Pointer[time.Time]
 
 	mu        sync.Mutex
 	exchanges []Exchange
@@ -84,7 +89,8 @@ type Load struct {
 }
 
 // NewLoad returns a load against the checkout whose URL checkout returns;
-// crashes counts the Postgres crashes so far (see Exchange.Crashes).
+// crashes counts the Postgres crashes and failovers so far (see
+// Exchange.Crashes).
 func NewLoad(cfg LoadConfig, checkout func() string, crashes func() int) *Load {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = cfg.MaxInFlight, cfg.MaxInFlight
@@ -95,6 +101,7 @@ func NewLoad(cfg LoadConfig, checkout func() string, crashes func() int) *Load {
 func (l *Load) Run(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(l.cfg.Seed, 0x6c6f6164)) // "load"
 	start := time.Now()
+	l.started.Store(&start)
 	interval := time.Duration(float64(time.Second) / l.cfg.Rate)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -118,6 +125,7 @@ func (l *Load) Run(ctx context.Context) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			l.send(&x)
+			x.Answered = time.Since(start)
 			l.record(x)
 		})
 	}
@@ -231,6 +239,16 @@ func (l *Load) Exchanges() []Exchange {
 		}
 	}
 	return out
+}
+
+// Since is t in the load's time (that of Exchange.Sent): how long after
+// the load's start t was. It is zero before Run has started.
+func (l *Load) Since(t time.Time) time.Duration {
+	start := l.started.Load()
+	if start == nil {
+		return 0
+	}
+	return t.Sub(*start)
 }
 
 // Skipped counts requests not sent because MaxInFlight were outstanding.

@@ -10,8 +10,10 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -32,8 +34,19 @@ const (
 	KillWorker    Kind = "kill_worker"    // SIGKILL of worker Target, restarted after For
 	StopWorker    Kind = "sigterm_worker" // SIGTERM (graceful stop) of worker Target, restarted after For
 	CrashPostgres Kind = "crash_postgres" // pg_ctl stop -m immediate, started again after For
-	CutDatabase   Kind = "cut_database"   // the TCP proxy in front of Postgres blackholes for For
+	CutDatabase   Kind = "cut_database"   // the TCP proxies in front of Postgres blackhole for For
+	// Failover kills the primary (pg_ctl stop -m immediate) and promotes its
+	// synchronous standby For later; the old primary never writes again; it
+	// is rebuilt as the new primary's standby within FailoverRebuild.
+	Failover Kind = "failover"
 )
+
+// FailoverRebuild is how long after a failover's promotion the plan keeps
+// other process and database faults away: the soak makes the old primary a
+// synchronous standby of the new one in that time (pg_basebackup into a
+// fresh directory), and a crash of the primary meanwhile would find no
+// standby to wait for.
+const FailoverRebuild = 8 * time.Second
 
 // Provider reports whether k is injected through the simulator.
 func (k Kind) Provider() bool {
@@ -47,7 +60,7 @@ func (k Kind) Provider() bool {
 // kinds is what NewPlan draws from, each equally likely.
 var kinds = []Kind{
 	ProviderLatency, ProviderErrorRate, ProviderHang, ProviderDown, ProviderRefuse, ProviderLostResponses,
-	KillCheckout, KillWorker, StopWorker, CrashPostgres, CutDatabase,
+	KillCheckout, KillWorker, StopWorker, CrashPostgres, CutDatabase, Failover,
 }
 
 // Event is one fault: applied At (from the soak's start), healed For later.
@@ -64,6 +77,15 @@ type Event struct {
 
 // End is when the event is healed.
 func (e Event) End() time.Duration { return e.At + e.For }
+
+// busyUntil is when the event stops occupying the system: its End, and for
+// a failover the rebuild of the standby after it.
+func (e Event) busyUntil() time.Duration {
+	if e.Kind == Failover {
+		return e.End() + FailoverRebuild
+	}
+	return e.End()
+}
 
 func (e Event) String() string {
 	s := fmt.Sprintf("%-28s for %v", e.Kind, e.For.Round(time.Millisecond))
@@ -120,12 +142,25 @@ type PlanConfig struct {
 // of them done to a process or the database (two at once would mostly show
 // that nothing works with the database and checkout both gone). Every fault
 // is healed by Duration.
+//
+// Every plan long enough for one holds a failover, placed between a sixth
+// and a third of its length before the random faults are drawn around it:
+// the soak pays for a synchronous standby in every run, and the short soak
+// of `make test` (30 s, where a fault drawn among twelve kinds might never
+// come up) is what exercises the failover on every change. Early, because
+// the charge jobs running at the kill stay running until River rescues
+// them (RESCUE_STUCK_JOBS_AFTER, 31 s in the soak): that wait then passes
+// during the soak rather than after it. More may be drawn.
 func NewPlan(cfg PlanConfig) []Event {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x636861_6f73)) // "chaos"
 	dur := func(lo, hi time.Duration) time.Duration {
 		return (lo + time.Duration(rng.Int64N(int64(hi-lo)+1))).Round(100 * time.Millisecond)
 	}
 	var plan []Event
+	lo, hi := cfg.Duration/6, min(cfg.Duration/3, cfg.Duration-failoverMax-FailoverRebuild)
+	if lo >= 2*time.Second && hi >= lo {
+		plan = append(plan, Event{At: dur(lo, hi), Kind: Failover, For: dur(failoverMin, failoverMax)})
+	}
 	for at := 2 * time.Second; ; at += dur(time.Second, 4*time.Second) {
 		e := Event{At: at, Kind: kinds[rng.IntN(len(kinds))]}
 		switch e.Kind {
@@ -135,6 +170,8 @@ func NewPlan(cfg PlanConfig) []Event {
 			e.For = dur(time.Second, 4*time.Second)
 		case CutDatabase:
 			e.For = dur(2*time.Second, 5*time.Second)
+		case Failover:
+			e.For = dur(failoverMin, failoverMax) // the promotion, about a second after the kill
 		default:
 			e.For = dur(2*time.Second, 6*time.Second)
 		}
@@ -146,26 +183,31 @@ func NewPlan(cfg PlanConfig) []Event {
 		case KillWorker, StopWorker:
 			e.Target = rng.IntN(max(cfg.Workers, 1))
 		}
-		if e.End() > cfg.Duration {
+		if e.busyUntil() > cfg.Duration {
 			break
 		}
 		if fits(plan, e) {
 			plan = append(plan, e)
 		}
 	}
+	slices.SortStableFunc(plan, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	return plan
 }
 
+// The promotion follows the kill of the primary by about a second.
+const failoverMin, failoverMax = 800 * time.Millisecond, 1500 * time.Millisecond
+
 // fits reports whether e can join plan: at most two faults at once, at most
-// one of them not the provider's.
+// one of them not the provider's, and none but the provider's while the
+// standby is rebuilt after a failover.
 func fits(plan []Event, e Event) bool {
 	active, processes := 0, 0
 	for _, p := range plan {
 		if p.At < e.End() && e.At < p.End() {
 			active++
-			if !p.Kind.Provider() {
-				processes++
-			}
+		}
+		if !p.Kind.Provider() && p.At < e.busyUntil() && e.At < p.busyUntil() {
+			processes++
 		}
 	}
 	return active < 2 && (e.Kind.Provider() || processes == 0)

@@ -96,3 +96,43 @@ func TestFaultJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanHoldsAFailover: every plan of the short soak's length or more
+// holds a failover, promoted about a second after the kill, and keeps every
+// other process and database fault away from it and from the rebuild of
+// the standby after it; the plan is in time order.
+func TestPlanHoldsAFailover(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(50) {
+		for _, d := range []time.Duration{30 * time.Second, 2 * time.Minute, 5 * time.Minute} {
+			plan := NewPlan(PlanConfig{Seed: seed, Duration: d, Workers: 2})
+			if !slices.IsSortedFunc(plan, func(a, b Event) int { return int(a.At - b.At) }) {
+				t.Errorf("seed %d, %v: the plan is not in time order", seed, d)
+			}
+			failovers := 0
+			for _, e := range plan {
+				if e.Kind != Failover {
+					continue
+				}
+				failovers++
+				if e.For < failoverMin || e.For > failoverMax {
+					t.Errorf("seed %d, %v: %v promotes %v after the kill, want %v to %v", seed, d, e, e.For, failoverMin, failoverMax)
+				}
+				if e.End()+FailoverRebuild > d {
+					t.Errorf("seed %d, %v: failover at %v leaves no time to rebuild the standby", seed, d, e.At)
+				}
+				for _, p := range plan {
+					if p != e && !p.Kind.Provider() && p.At < e.End()+FailoverRebuild && e.At < p.busyUntil() {
+						t.Errorf("seed %d, %v: %v at %v overlaps the failover at %v or its rebuild", seed, d, p, p.At, e.At)
+					}
+				}
+			}
+			if failovers == 0 {
+				t.Errorf("seed %d, %v: no failover", seed, d)
+			}
+		}
+	}
+	if plan := NewPlan(PlanConfig{Seed: 1, Duration: 10 * time.Second, Workers: 2}); slices.ContainsFunc(plan, func(e Event) bool { return e.Kind == Failover }) {
+		t.Error("a 10 s plan holds a failover: too short to rebuild the standby after it")
+	}
+}
