@@ -38,7 +38,7 @@ experiment-catalog:
 bench:
 	GO=$(GO) scripts/throughput $(BENCH_FLAGS)
 
-## chaos: randomized soak of the real binaries (provider faults, kill -9, SIGTERM, Postgres crash, cut database) on a Postgres cluster of its own, then an audit of Postgres against the provider's ledger; CHAOS_SEED, CHAOS_DURATION
+## chaos: randomized soak of the real binaries (provider faults, kill -9, SIGTERM, Postgres crash, cut database, failover to a synchronous standby) on a Postgres primary and standby of its own, then an audit of Postgres against the provider's ledger; CHAOS_SEED, CHAOS_DURATION
 CHAOS_SEED     ?= 1
 CHAOS_DURATION ?= 5m
 chaos:
