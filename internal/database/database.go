@@ -15,8 +15,9 @@ import (
 )
 
 // Config tunes the pool. The timeouts are what keeps a database outage from
-// holding API workers: DESIGN.md asks for a 503 within 2 s when Postgres is
-// down, so neither connecting nor a statement may take longer than that.
+// holding API workers: a dead database answers 503 within 2 s
+// (docs/design.md, "Defaults"), so neither connecting nor a statement may
+// take longer than that.
 type Config struct {
 	URL            string
 	MaxConns       int32
