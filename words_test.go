@@ -49,7 +49,7 @@ func (Service) Get() {}
 `,
 		"docs/design.md": "# Design\n\n## Invariants\n\nSee [the code](../internal/order/order.go) and `order.Service`.\n" +
 			"Measured at 1c5f25f in round 3.\n\n[gone](lifecycle.md#timers) and `order.Vanished` and [section](#missing)\n",
-		"README.md": "See [design](docs/design.md#invariants) and `internal/order/gone.go`.\n",
+		"README.md": "See [design](docs/design.md#invariants) and `internal/order/gone.go`, as BRIEF.md says.\n",
 	}
 	dir := t.TempDir()
 	for name, body := range files {
@@ -71,6 +71,7 @@ func (Service) Get() {}
 		`docs/design.md:8: cites order.Vanished, which package order does not declare`,
 		`docs/design.md:8: links to #missing: no such section`,
 		`README.md:1: names internal/order/gone.go, which does not exist`,
+		`README.md:1: cites BRIEF.md, which is not in the tree`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the check missed %q; it found:\n%s", want, got)
@@ -89,8 +90,8 @@ var (
 	// treePath matches a path into the tree, as the README or a comment
 	// names it.
 	treePath = regexp.MustCompile(`\b(?:cmd|internal|e2e|deploy|docs|scripts|migrations|api|tools|\.ci)/[\w./-]*[\w/]`)
-	// goFile matches a Go file name cited on its own.
-	goFile = regexp.MustCompile(`(?:^|[\s(` + "`" + `"'])([\w-]+(?:/[\w.-]+)*\.go)\b`)
+	// goFile matches a Go or Markdown file name cited on its own.
+	goFile = regexp.MustCompile(`(?:^|[\s(` + "`" + `"'])([\w-]+(?:/[\w.-]+)*\.(?:go|md))\b`)
 	// qualified matches pkg.Identifier and pkg.Type.Member.
 	qualified = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.([A-Z]\w*)(?:\.([A-Za-z]\w*))?`)
 	// docSection matches a citation of a docs page's section.
