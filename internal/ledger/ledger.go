@@ -173,12 +173,19 @@ func (r *Reconciler) Work(ctx context.Context, _ *river.Job[Args]) error {
 // watermark of the last one checked. It stops (done) at a charge for an
 // unsettled order still within its grace: the next run checks it again.
 func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []payment.ListedCharge) (watermark, bool, error) {
-	done := false
-	var found []finding
+	var (
+		found   []finding
+		checked int
+		done    bool
+	)
 	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		found, done = nil, false
+		found, checked, done = nil, 0, false
+		orders, err := order.GetMany(ctx, tx, orderIDs(charges))
+		if err != nil {
+			return err
+		}
 		for _, ch := range charges {
-			f, wait, err := r.check(ctx, tx, ch)
+			f, wait, err := r.check(ctx, tx, ch, orders)
 			if err != nil {
 				return err
 			}
@@ -193,6 +200,7 @@ func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []paym
 				found = append(found, *f)
 			}
 			wm = watermark{chargeID: ch.ID, created: ch.Created}
+			checked++
 		}
 		return storeWatermark(ctx, tx, wm)
 	})
@@ -202,8 +210,19 @@ func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []paym
 	for _, f := range found {
 		r.report(ctx, f)
 	}
-	r.checked.Add(float64(len(charges)))
+	r.checked.Add(float64(checked))
 	return wm, done, nil
+}
+
+// orderIDs returns the references of charges that are order ids.
+func orderIDs(charges []payment.ListedCharge) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(charges))
+	for _, ch := range charges {
+		if id, err := uuid.Parse(ch.Reference); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // finding is what the walk found about one charge.
@@ -214,20 +233,13 @@ type finding struct {
 	recorded    bool         // new: not found by an earlier walk
 }
 
-// check classifies one charge against its order. wait: the order is
-// unsettled and within its grace.
-func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge) (*finding, bool, error) {
+// check classifies one charge against its order, among the page's orders.
+// wait: the order is unsettled and within its grace.
+func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge, orders map[uuid.UUID]order.Order) (*finding, bool, error) {
 	id, err := uuid.Parse(ch.Reference)
-	if err != nil {
-		// Not an order id of ours: a charge someone else made, a finding.
+	o, ok := orders[id]
+	if err != nil || !ok { // no order of ours: lost, or a charge someone else made
 		return &finding{charge: ch, kind: NoOrder}, false, nil //nolint:nilerr // the error is the finding
-	}
-	o, err := order.Get(ctx, tx, id)
-	switch {
-	case errors.Is(err, order.ErrNotFound):
-		return &finding{charge: ch, kind: NoOrder}, false, nil
-	case err != nil:
-		return nil, false, err
 	}
 	switch o.Status {
 	case order.StatusPaid:
@@ -248,6 +260,9 @@ func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedChar
 	if !changed { // settled meanwhile: checked again next run
 		return nil, true, nil
 	}
+	// A second charge of the same order later in the page is a second
+	// charge: the order is paid by this one now.
+	orders[id] = settled
 	return &finding{charge: ch, kind: Settled, orderStatus: settled.Status}, false, nil
 }
 

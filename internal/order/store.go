@@ -473,6 +473,31 @@ func Get(ctx context.Context, q Querier, id uuid.UUID) (Order, error) {
 	return o, nil
 }
 
+// GetMany loads the orders among ids that exist, by id, in one statement.
+func GetMany(ctx context.Context, q Querier, ids []uuid.UUID) (map[uuid.UUID]Order, error) {
+	keys := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		keys[i] = orderID(id)
+	}
+	rows, err := q.Query(ctx, `SELECT `+orderColumns+` FROM orders o WHERE o.id = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("load %d orders: %w", len(ids), err)
+	}
+	defer rows.Close()
+	found := make(map[uuid.UUID]Order, len(ids))
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, fmt.Errorf("load %d orders: %w", len(ids), err)
+		}
+		found[o.ID] = o
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load %d orders: %w", len(ids), err)
+	}
+	return found, nil
+}
+
 // Unsettled returns up to limit orders in status whose last change is older
 // than olderThan on the database's clock and that have no live charge job,
 // oldest first: orders whose placing request died (pending) or whose job
