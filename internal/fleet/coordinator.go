@@ -543,7 +543,13 @@ func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) err
 		case resilience.EventProbeSucceeded:
 			changed, err = write(wctx, c.pool, probeSucceeded, c.dependency, c.opts.Identity)
 		case resilience.EventProbeFailed:
-			d := c.policy.BreakDuration(c.last.FailedProbes + 1)
+			// Only a probe that hung makes the wait longer: see
+			// Event.Hung. The row counts every failed probe, so after
+			// fast failures a hung probe's wait starts where they left it.
+			d := c.policy.BreakDuration(0)
+			if ev.Hung {
+				d = c.policy.BreakDuration(c.last.FailedProbes)
+			}
 			changed, err = write(wctx, c.pool, probeFailed, c.dependency, c.opts.Identity, secs(d))
 		case resilience.EventCongested:
 			// No row: news for the other processes' limits, now or never.

@@ -61,11 +61,10 @@ type breaker struct {
 
 	// openUntil is when the open state ends, as an offset from epoch (a
 	// monotonic reading); 0 once the breaker has closed. It may lie past
-	// gobreaker's fixed Timeout (failed probes grow the open state, calls
-	// it abandoned hold it), so allow refuses calls until then itself.
-	// OnStateChange writes it under gobreaker's lock, abandoned under
-	// holdMu; the call path and RetryAfter read it without locks, hence
-	// the atomic.
+	// gobreaker's fixed Timeout (probes that hung grow the open state), so
+	// allow refuses calls until then itself. OnStateChange writes it under
+	// gobreaker's lock; the call path and RetryAfter read it without
+	// locks, hence the atomic.
 	epoch     time.Time
 	openUntil atomic.Int64
 
@@ -78,20 +77,14 @@ type breaker struct {
 	// demand counts calls asked of the breaker, admitted or not, so a
 	// coordinator can tell a process with traffic from an idle one.
 	demand atomic.Int64
-	// reopens counts failed half-open probes in a row (under gobreaker's
-	// lock).
-	reopens int
-	// heldUntil (an offset from epoch, 0 if none) is until when calls this
-	// breaker abandoned may still be held by the dependency (see
-	// abandoned); open says whether the breaker is open. holdMu guards
-	// both: abandoned runs outside gobreaker's lock, onStateChange under
-	// it (and then takes holdMu, never the other way round).
+	// hungProbes counts failed half-open probes in a row that hung (were
+	// reported slow), and lastSlow whether the latest outcome gobreaker
+	// counted was a slow call; both under gobreaker's lock.
+	hungProbes int
+	lastSlow   bool
 	// lastCongested (an offset from epoch, 0 if never) is when the last
 	// EventCongested was queued.
 	lastCongested atomic.Int64
-	holdMu        sync.Mutex
-	heldUntil     time.Duration
-	open          bool
 	cfg           Config
 	rnd           func(int64) int64
 
@@ -170,6 +163,7 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 // generations: a hung call that finally returns after the breaker opened
 // cannot pollute the next window.
 func (b *breaker) record(err error) bool {
+	b.lastSlow = errors.Is(err, errReportSlow)
 	switch {
 	case err == nil:
 		b.win.add(succeeded)
@@ -191,24 +185,19 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	b.win.reset()
 	openFor := b.openFor
 	switch {
-	case to == gobreaker.StateOpen && from == gobreaker.StateHalfOpen:
-		// A failed probe: the next one waits longer (Config.BreakDuration),
-		// so a long outage costs few probes. gobreaker's Timeout is fixed,
-		// so the longer part is refused by allow, before gobreaker.
-		b.reopens++
-		openFor = max(openFor, b.cfg.BreakDuration(b.reopens, b.rnd))
+	case to == gobreaker.StateOpen && from == gobreaker.StateHalfOpen && b.lastSlow:
+		// A probe that hung: the dependency holds it, so the next one
+		// waits longer (breakAfterHung), and a long hang costs few
+		// probes. gobreaker's Timeout is fixed, so the longer part is
+		// refused by allow, before gobreaker.
+		b.hungProbes++
+		openFor = max(openFor, breakAfterHung(b.cfg, b.hungProbes, b.rnd))
 	case to == gobreaker.StateClosed:
-		b.reopens = 0
+		b.hungProbes = 0
 	}
-	b.holdMu.Lock()
-	b.open = to == gobreaker.StateOpen
 	switch to {
 	case gobreaker.StateOpen:
-		// Not before the calls it abandoned may have been let go: a probe
-		// sooner would pile onto a dependency still working on them.
-		until := max(now.Sub(b.epoch)+openFor, b.heldUntil)
-		openFor = until - now.Sub(b.epoch)
-		b.openUntil.Store(int64(until))
+		b.openUntil.Store(int64(now.Sub(b.epoch) + openFor))
 		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: openFor})
 	case gobreaker.StateHalfOpen:
 		// gobreaker moves to half-open after its fixed Timeout, also when
@@ -217,7 +206,6 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	default:
 		b.openUntil.Store(0)
 	}
-	b.holdMu.Unlock()
 	b.stateGauge.Set(float64(to))
 	b.transitions.WithLabelValues(name, from.String(), to.String()).Inc()
 	level := slog.LevelInfo
@@ -281,41 +269,6 @@ func (b *breaker) retryAfter() time.Duration {
 	return max(time.Duration(until)-now, 0)
 }
 
-// abandoned hears of a call sent at sent that ended without the
-// dependency's answer: its attempt timed out, or its caller gave up. The
-// dependency may still be working on it — paymentsim keeps a hung call for
-// its whole latency, as a real provider that does not notice its client
-// leaving does — so the breaker stays open until Config.AbandonedHold after
-// the latest such call was sent. An open state that ends sooner grows, and
-// the coordinator hears it as an opening for the fleet; while a fleet state
-// is imposed, only the coordinator hears it. A breaker that is closed keeps
-// the deadline for when it opens.
-func (b *breaker) abandoned(sent time.Time) {
-	if b.cfg.AbandonedHold <= 0 {
-		return
-	}
-	held := sent.Sub(b.epoch) + b.cfg.AbandonedHold
-	b.holdMu.Lock()
-	defer b.holdMu.Unlock()
-	if held <= b.heldUntil {
-		return
-	}
-	b.heldUntil = held
-	now := b.now()
-	grow := b.open && int64(held) > b.openUntil.Load()
-	if !grow && b.gate.Load() == nil {
-		return
-	}
-	if grow {
-		b.openUntil.Store(int64(held))
-		b.log.LogAttrs(context.Background(), slog.LevelInfo, "circuit breaker held open",
-			slog.String("name", b.name),
-			slog.String("reason", "a call it gave up on may still be held by the dependency"),
-			slog.Duration("open_for", held-now))
-	}
-	b.events.push(Event{Kind: EventOpened, At: time.Now(), OpenFor: held - now})
-}
-
 // allow asks gobreaker to admit a call. The tracker it returns must be
 // finished exactly once (finish or reject).
 //
@@ -338,6 +291,9 @@ func (b *breaker) allow() (*call, error) {
 	if until := b.openUntil.Load(); until != 0 && probe == nil && b.now() < time.Duration(until) {
 		return nil, b.rejected(ErrOpen)
 	}
+	// Half-open now means the call is a probe if gobreaker admits it (its
+	// MaxRequests bounds how many).
+	halfOpen := probe == nil && b.cb.State() == gobreaker.StateHalfOpen
 	done, err := b.cb.Allow()
 	if err != nil {
 		if probe != nil {
@@ -350,6 +306,7 @@ func (b *breaker) allow() (*call, error) {
 	}
 	c := b.pool.Get().(*call)
 	c.probe = probe
+	c.isProbe = probe != nil || halfOpen
 	c.done = done
 	c.armed = false
 	// The store publishes done to the timer goroutine, whose CAS reads it.
@@ -377,6 +334,10 @@ type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
 	probe *gate       // non-nil: a probe for the fleet, whose verdict it reports
+	// isProbe: a probe of this breaker's half-open state or of the fleet's;
+	// it may take the slot over a limit full of held calls
+	// (limiter.acquireProbe).
+	isProbe bool
 	// timer fires onTimer: at lateAfter, then again at the slow threshold
 	// if that is later.
 	timer     *time.Timer
@@ -425,7 +386,7 @@ func (c *call) onTimer() {
 	c.b.calls.slow.Inc()
 	c.done(errReportSlow)
 	if c.probe != nil {
-		c.b.probeDone(c.probe, probeFailed)
+		c.b.probeDone(c.probe, probeHung)
 	}
 	if !limitHeard {
 		c.b.late()

@@ -118,6 +118,14 @@ type Config struct {
 	// and the slow threshold — so the limit shrinks before the breaker's
 	// slow-call rule fires. 0 signals at the slow threshold.
 	LimitLateFactor float64
+	// LimitDelayTolerance is how much slower than when idle calls may
+	// become before the adaptive limit takes it for a queue at the
+	// dependency: 0.25 means calls a quarter slower. Past it the limit
+	// stops growing and comes down to what ends the queue, and the limit it
+	// came down to is where growth turns from one per healthy call to one
+	// per round trip (see queueDelay and limiter.grow). 0 turns the delay
+	// rule off.
+	LimitDelayTolerance float64
 }
 
 // BreakDuration is how long the breaker stays open after failedProbes
@@ -144,6 +152,17 @@ func (c Config) BreakDuration(failedProbes int, rnd func(int64) int64) time.Dura
 		return ceiling
 	}
 	return ceiling - quarter + time.Duration(rnd(int64(quarter)))
+}
+
+// breakAfterHung is how long the breaker stays open after hung
+// consecutive probes that hung: the normal open state after the first, so
+// a provider that recovers right after it is found one open state later,
+// then BreakDuration(hung-1), doubling. A probe answered with a fast
+// failure (a 503, a refused connection) costs the dependency nothing to
+// speak of and never makes the next wait longer: a provider that answers
+// again is noticed within one open state, however long it was down.
+func breakAfterHung(c Config, hung int, rnd func(int64) int64) time.Duration {
+	return c.BreakDuration(hung-1, rnd)
 }
 
 // LimitKind selects the concurrency limit of a protected [Policy].
@@ -299,6 +318,12 @@ func DefaultConfig() Config {
 		// (±20 ms) never reaches it; a provider with a long tail (p99 above
 		// 1.5 × its mean) wants a higher factor, or 0.
 		LimitLateFactor: 1.5,
+		// Off for live calls: their demand is what customers send, rate ×
+		// latency, which the late-call rule already bounds. The worker,
+		// whose backlog after an outage is demand without bound, turns it
+		// on (cmd/worker) to find the provider's capacity and to yield it
+		// to live calls first. See docs/design.md, "After an outage".
+		LimitDelayTolerance: 0,
 	}
 }
 
@@ -333,6 +358,7 @@ func (c Config) Validate() error {
 	check(c.LimitMin >= 1, "LimitMin %d must be at least 1", c.LimitMin)
 	check(c.LimitMax >= c.LimitMin, "LimitMax %d must not be below LimitMin %d", c.LimitMax, c.LimitMin)
 	check(c.LimitLateFactor == 0 || c.LimitLateFactor >= 1, "LimitLateFactor %v must be 0 or at least 1", c.LimitLateFactor)
+	check(c.LimitDelayTolerance >= 0, "LimitDelayTolerance %v must not be negative", c.LimitDelayTolerance)
 	check(c.LimitInitial >= c.LimitMin && c.LimitInitial <= c.LimitMax,
 		"LimitInitial %d must be between LimitMin %d and LimitMax %d", c.LimitInitial, c.LimitMin, c.LimitMax)
 	check(c.LimitBackoff >= 0.5 && c.LimitBackoff < 1, "LimitBackoff %v must be in [0.5, 1)", c.LimitBackoff)

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -22,10 +23,13 @@ func holdSetup(t *testing.T) bundle {
 
 // hangTen sends ten calls that hang, one every 50 ms from now, and returns
 // once every one has timed out (500 ms each), the last sent 450 ms in.
-func hangTen(t *testing.T, b bundle) {
+func hangTen(t *testing.T, b bundle) { hangN(t, b, 10) }
+
+// hangN is hangTen with n calls.
+func hangN(t *testing.T, b bundle, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
-	for i := range 10 {
+	for i := range n {
 		if i > 0 {
 			advance(50 * time.Millisecond)
 		}
@@ -38,51 +42,105 @@ func hangTen(t *testing.T, b bundle) {
 	wg.Wait()
 }
 
-func TestHungCallsHoldTheBreakerOpenUntilTheyMayBeDone(t *testing.T) {
+// hungAndOpen is holdSetup with the adaptive limit, starting at 8: eight
+// calls hang, one every 50 ms (the first is late at 400 ms and halves the
+// limit, with all eight out), and once they have timed out every slot is
+// held for them, so the refusals that follow open the breaker. It returns
+// when the breaker opened.
+func hungAndOpen(t *testing.T) (bundle, time.Time) {
+	t.Helper()
+	b := setup(t, func(c *Config) {
+		c.MaxAttempts = 1
+		c.AbandonedHold = DefaultConfig().AbandonedHold
+		c.LimitInitial = 8
+	})
+	hangN(t, b, 8)
+	for i := 0; b.p.State() != StateOpen; i++ {
+		if i == 10 {
+			t.Fatalf("breaker still %v after %d refusals", b.p.State(), i)
+		}
+		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+			t.Fatalf("err = %v, want ErrBulkheadFull", err)
+		}
+	}
+	return b, time.Now()
+}
+
+// The slots of calls a hung provider may still hold stay taken for the
+// hold, but they do not keep the breaker open: its probe goes at the
+// normal open time, one over the limit, and a fast answer lifts the limit
+// above the held slots, so calls flow again at once — within the limit the
+// held slots leave.
+func TestAProbeGoesAtTheOpenTimeOverTheHeldSlots(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := holdSetup(t)
-		start := time.Now()
-		hangTen(t, b) // trips at 850 ms, when the tenth passes 400 ms; returns at 950 ms
-		if got := b.p.State(); got != StateOpen {
-			t.Fatalf("state = %v, want open", got)
+		b, opened := hungAndOpen(t)
+		limit, inFlight := b.p.limit.current()
+		if inFlight != 8 || limit >= inFlight {
+			t.Fatalf("limit %d, slots taken %d: want all eight held, over the shrunk limit", limit, inFlight)
 		}
-		// The last hung call was sent at 450 ms: the provider may hold it
-		// until 10.45 s, and no probe goes in before.
-		heldUntil := start.Add(450*time.Millisecond + 10*time.Second)
-		if got, want := b.p.RetryAfter(), time.Until(heldUntil); got != want {
-			t.Errorf("RetryAfter = %v, want %v (until the last abandoned call's send + 10 s)", got, want)
+		// The plain 1 s open state, not the hold.
+		if got, want := b.p.RetryAfter(), time.Until(opened.Add(time.Second)); got != want {
+			t.Errorf("RetryAfter = %v, want %v (the open state, not the 10 s hold)", got, want)
 		}
-		events := transitionEvents(b.p.TakeEvents())
-		if len(events) == 0 || events[0].Kind != EventOpened {
-			t.Fatalf("events = %+v, want the opening first", events)
+		for _, ev := range transitionEvents(b.p.TakeEvents()) {
+			if ev.Kind == EventOpened && ev.OpenFor != time.Second {
+				t.Errorf("opening %+v, want it for the 1 s open state: the fleet must not hear the hold", ev)
+			}
 		}
-		last := events[len(events)-1]
-		if end := last.At.Add(last.OpenFor); last.Kind != EventOpened || !end.Equal(heldUntil) {
-			t.Errorf("last event %+v ends at %v, want an opening that ends at %v: the coordinator must hear the hold", last, end.Sub(start), heldUntil.Sub(start))
+		advance(time.Second + time.Nanosecond) // gobreaker's expiry is exclusive
+		if got := b.p.RetryAfter(); got != 0 {
+			t.Errorf("half-open with every slot held: RetryAfter = %v, want 0 (a probe may go)", got)
 		}
-
-		// Past gobreaker's own 1 s Timeout, which turns it half-open
-		// when asked, the breaker is still open.
-		advance(2 * time.Second)
-		if got := b.p.State(); got != StateOpen {
-			t.Errorf("2 s later: state = %v, want open", got)
-		}
-		if got, want := b.p.RetryAfter(), time.Until(heldUntil); got != want {
-			t.Errorf("2 s later: RetryAfter = %v, want %v", got, want)
-		}
-		advance(time.Until(heldUntil) - time.Nanosecond)
-		if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
-			t.Errorf("1 ns before the hold ends: err = %v, want ErrOpen", err)
-		}
-		advance(2 * time.Nanosecond)
+		// Three probes, one at a time over the limit at first.
 		for i := range 3 {
 			if _, err := b.do(ok); err != nil {
-				t.Fatalf("probe %d after the hold: %v", i, err)
+				t.Fatalf("probe %d: %v", i, err)
 			}
 		}
 		if got := b.p.State(); got != StateClosed {
-			t.Errorf("after three good probes: state = %v, want closed", got)
+			t.Fatalf("after three good probes: state = %v, want closed", got)
+		}
+		limit, inFlight = b.p.limit.current()
+		if inFlight != 8 || limit <= inFlight {
+			t.Errorf("limit %d with %d slots held: want it lifted above them", limit, inFlight)
+		}
+		// Calls go again while the hung ones are still held.
+		for i := range 5 {
+			if _, err := b.do(ok); err != nil {
+				t.Errorf("call %d after the probes: %v", i, err)
+			}
+		}
+	})
+}
+
+// While a probe holds the slot over a full limit, the others wait for its
+// verdict: they are refused (ErrBulkheadFull) without counting as a
+// failure, which would open the breaker again.
+func TestOnlyOneProbeAtATimeOverTheHeldSlots(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := hungAndOpen(t)
+		advance(time.Second + time.Nanosecond) // half-open
+		g := make(gated, 1)
+		first := make(chan error, 1)
+		go func() {
+			_, err := Do(context.Background(), b.p, g.call)
+			first <- err
+		}()
+		synctest.Wait()
+		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+			t.Fatalf("second probe while the first is out: err = %v, want ErrBulkheadFull", err)
+		}
+		if got := b.p.State(); got != StateHalfOpen {
+			t.Errorf("state = %v after the second probe was refused, want still half-open", got)
+		}
+		g <- nil
+		if err := <-first; err != nil {
+			t.Fatalf("first probe: %v", err)
+		}
+		if _, err := b.do(ok); err != nil {
+			t.Errorf("after the first probe answered: %v, want the next probe made", err)
 		}
 	})
 }
@@ -118,40 +176,26 @@ func TestAnsweredSlowCallsHoldNothing(t *testing.T) {
 	})
 }
 
-func TestAbandonedCallHoldsALaterOpening(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := holdSetup(t)
-		start := time.Now()
-		if _, err := b.do(hang); !errors.Is(err, ErrTimeout) {
-			t.Fatalf("err = %v, want ErrTimeout", err)
-		}
-		advance(2 * time.Second)
-		openBreaker(t, b) // fast failures, 2.5 s after the hung call was sent
-		if got, want := b.p.RetryAfter(), time.Until(start.Add(10*time.Second)); got != want {
-			t.Errorf("RetryAfter = %v, want %v: the earlier abandoned call may still be held", got, want)
-		}
-	})
-}
-
-func TestAbandonedCallUnderAFleetStateIsReportedOnly(t *testing.T) {
+// A fleet probe that hangs is reported as a hung probe, and nothing else:
+// the coordinator makes the fleet's next wait longer for it, and no
+// opening goes out for the slot it keeps.
+func TestAHungFleetProbeIsReportedHung(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := holdSetup(t)
 		// The fleet is half-open and this process holds the probe lease.
 		b.p.Impose(Imposed{Source: SourceFleet, HoldFor: 5 * time.Second, Probes: 3})
-		start := time.Now()
 		if _, err := b.do(hang); !errors.Is(err, ErrTimeout) {
 			t.Fatalf("probe err = %v, want ErrTimeout", err)
 		}
-		var opened []Event
+		var got []Event
 		for _, ev := range b.p.TakeEvents() {
-			if ev.Kind == EventOpened {
-				opened = append(opened, ev)
+			if ev.Kind == EventOpened || ev.Kind == EventProbeFailed {
+				got = append(got, ev)
 			}
 		}
-		if len(opened) != 1 || !opened[0].At.Add(opened[0].OpenFor).Equal(start.Add(10*time.Second)) {
-			t.Fatalf("opened events = %+v, want one ending 10 s after the probe was sent", opened)
+		if len(got) != 1 || got[0].Kind != EventProbeFailed || !got[0].Hung {
+			t.Fatalf("events = %+v, want one failed probe, hung", got)
 		}
 		// The local breaker saw one failure and stays closed: once the
 		// fleet lets go, this process calls again.

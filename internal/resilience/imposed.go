@@ -90,6 +90,10 @@ type Event struct {
 	Kind    EventKind
 	At      time.Time
 	OpenFor time.Duration // EventOpened: how long the local breaker stays open
+	// Hung (EventProbeFailed): the probe ran past the slow threshold, so
+	// the dependency may hold it; only such failures make the next open
+	// state longer (Policy.BreakDuration).
+	Hung bool
 }
 
 // congestionNewsEvery is the least time between two EventCongested a
@@ -295,12 +299,12 @@ func (b *breaker) probeDone(g *gate, o probeOutcome) {
 			b.released(g)
 		}
 		b.events.push(Event{Kind: EventProbeSucceeded, At: time.Now()})
-	case probeFailed:
+	case probeFailed, probeHung:
 		if !g.verdict.CompareAndSwap(false, true) {
 			return
 		}
 		g.permits.Store(0)
-		b.events.push(Event{Kind: EventProbeFailed, At: time.Now()})
+		b.events.push(Event{Kind: EventProbeFailed, At: time.Now(), Hung: o == probeHung})
 	}
 }
 
@@ -310,6 +314,7 @@ const (
 	probeExcluded probeOutcome = iota
 	probeSucceeded
 	probeFailed
+	probeHung // failed by running past the slow threshold
 )
 
 // eventQueue hands events from under gobreaker's lock (or a timer

@@ -232,51 +232,69 @@ func TestLocalOpenIsReported(t *testing.T) {
 	})
 }
 
-func TestOpenTimeGrowsAfterFailedProbes(t *testing.T) {
+// Probes that hang make each next open state longer; probes answered with
+// a fast failure do not, so a provider that answers again is noticed
+// within one open state however long it was down.
+func TestOpenTimeGrowsAfterHungProbesOnly(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		// setup's Rand returns n-1: the longest duration each time.
-		b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
-		openBreaker(t, b)
-		_ = b.p.TakeEvents()
-		want := []time.Duration{
-			2*time.Second - time.Nanosecond, // 1 failed probe: 2 s ceiling, last quarter random
+	for _, tt := range []struct {
+		probe step
+		want  []time.Duration
+	}{
+		{fail, []time.Duration{time.Second, time.Second, time.Second}},
+		{hang, []time.Duration{
+			time.Second,                     // the first hung probe: the plain open state
+			2*time.Second - time.Nanosecond, // 2 s ceiling, last quarter random
 			4*time.Second - time.Nanosecond,
 			8*time.Second - time.Nanosecond,
 			10*time.Second - time.Nanosecond, // capped at OpenMax
 			10*time.Second - time.Nanosecond,
-		}
-		wait := time.Second
-		for i, w := range want {
-			advance(wait - time.Nanosecond)
-			if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
-				t.Fatalf("round %d, 1 ns before the end: err = %v, want ErrOpen", i, err)
-			}
-			advance(2 * time.Nanosecond) // gobreaker's expiry is exclusive
-			if _, err := b.do(fail); !errors.Is(err, errUnavailable) {
-				t.Fatalf("round %d: probe err = %v, want it made (and failing)", i, err)
-			}
-			events := b.p.TakeEvents()
-			if len(events) != 1 || events[0].OpenFor != w {
-				t.Fatalf("round %d: events %+v, want opened for %v", i, events, w)
-			}
-			if got := b.p.RetryAfter(); got != w {
-				t.Errorf("round %d: RetryAfter = %v, want %v", i, got, w)
-			}
-			wait = w
-		}
-		// A successful round resets the growth.
-		advance(wait + time.Nanosecond)
-		for range 3 {
-			if _, err := b.do(ok); err != nil {
-				t.Fatalf("probe: %v", err)
-			}
-		}
-		openBreaker(t, b)
-		if got := b.p.RetryAfter(); got != time.Second {
-			t.Errorf("after closing and tripping again: RetryAfter = %v, want 1s", got)
-		}
-	})
+		}},
+	} {
+		t.Run(map[step]string{fail: "fast failures", hang: "hung"}[tt.probe], func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				// setup's Rand returns n-1: the longest duration each time.
+				b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+				openBreaker(t, b)
+				_ = b.p.TakeEvents()
+				wait := time.Second
+				for i, w := range tt.want {
+					advance(wait - time.Nanosecond)
+					if _, err := b.do(ok); !errors.Is(err, ErrOpen) {
+						t.Fatalf("round %d, 1 ns before the end: err = %v, want ErrOpen", i, err)
+					}
+					advance(2 * time.Nanosecond) // gobreaker's expiry is exclusive
+					start := time.Now()
+					if _, err := b.do(tt.probe); err == nil {
+						t.Fatalf("round %d: probe made and succeeded, want it failing", i)
+					}
+					// A hung probe reopens at the slow threshold, before
+					// its timeout returns.
+					opened := start
+					if tt.probe == hang {
+						opened = start.Add(400 * time.Millisecond)
+					}
+					events := transitionEvents(b.p.TakeEvents())
+					if len(events) != 1 || events[0].OpenFor != w {
+						t.Fatalf("round %d: events %+v, want opened for %v", i, events, w)
+					}
+					wait = w - time.Since(opened)
+				}
+				// A successful round resets the growth.
+				advance(wait + time.Nanosecond)
+				for range 3 {
+					if _, err := b.do(ok); err != nil {
+						t.Fatalf("probe: %v", err)
+					}
+				}
+				openBreaker(t, b)
+				if got := b.p.RetryAfter(); got != time.Second {
+					t.Errorf("after closing and tripping again: RetryAfter = %v, want 1s", got)
+				}
+			})
+		})
+	}
 }
 
 func TestBreakDuration(t *testing.T) {

@@ -67,20 +67,24 @@ func TestLateCallShrinksTheLimitBeforeTheBreakerHearsOfIt(t *testing.T) {
 
 func TestLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testLateAfterFollowsTheAverageWithinBounds)
+}
+
+func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	l.lateFactor = 1.5
 	slow := 400 * time.Millisecond
 	if got := l.lateAfter(slow); got != slow {
 		t.Errorf("no calls yet: lateAfter = %v, want the slow threshold", got)
 	}
-	l.observe(200 * time.Millisecond)
+	l.observe(time.Now().Add(-200 * time.Millisecond))
 	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("average 200 ms: lateAfter = %v, want %v", got, want)
 	}
 	// The provider became slower for good: the average follows, and its
 	// calls stop being late instead of halving the limit for ever.
 	for range 40 {
-		l.observe(350 * time.Millisecond)
+		l.observe(time.Now().Add(-350 * time.Millisecond))
 	}
 	if got := l.lateAfter(slow); got != slow {
 		t.Errorf("average ~350 ms: lateAfter = %v, want the slow threshold (capped)", got)
@@ -88,7 +92,7 @@ func TestLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	// A provider answering in a millisecond: noise is not congestion.
 	fast := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	fast.lateFactor = 1.5
-	fast.observe(time.Millisecond)
+	fast.observe(time.Now().Add(-time.Millisecond))
 	if got, want := fast.lateAfter(slow), slow/2; got != want {
 		t.Errorf("average 1 ms: lateAfter = %v, want %v (half the slow threshold)", got, want)
 	}

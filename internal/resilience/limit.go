@@ -105,6 +105,25 @@ type limiter struct {
 	// newsAt is when other processes' congestion news last lowered the
 	// limit (congestedNews); zero before the first.
 	newsAt time.Time
+	// probing is set while a breaker probe holds a slot over the limit
+	// (acquireProbe).
+	probing bool
+
+	// The delay rule (tolerance > 0; see queueDelay). ssthresh is where
+	// growth turns from one per healthy call (slow start) to one per round
+	// (congestion avoidance): the limit the delay rule last brought it
+	// down to, max until then. roundEnded is set when a call ends a round,
+	// for the adapt that follows; queued is the last round's verdict.
+	// roundFrom is the limit when the round began: slow start grows it by
+	// at most half before the round's verdict; roundPeak is the highest
+	// the limit has been during the round, the concurrency it measured.
+	tolerance  float64
+	delay      queueDelay
+	ssthresh   int
+	roundEnded bool
+	queued     bool
+	roundFrom  int
+	roundPeak  int
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -139,7 +158,7 @@ func newAdaptiveLimiter(initial, minLimit, maxLimit int, backoff float64, wait t
 func newLimiter(adaptive bool, initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
 	l := &limiter{
 		adaptive: adaptive, min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
-		limit: initial, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
+		limit: initial, ssthresh: maxLimit, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
 	}
 	l.limitGauge.Set(float64(initial))
 	return l
@@ -196,6 +215,41 @@ func (l *limiter) acquire(ctx context.Context) error {
 		return l.reject()
 	}
 	return err
+}
+
+// acquireProbe is acquire for a breaker's probe: when every slot is kept
+// for an abandoned call (see heldFor), one probe at a time takes a slot
+// over the limit instead of waiting for a hold to end. Those calls are the
+// dependency's business only if it still holds them, and its answer to the
+// probe is what tells: a fast answer lifts the limit above the held slots
+// (adapt). over reports whether the probe's slot is over the limit; the
+// caller passes it to endProbe when the call returns.
+func (l *limiter) acquireProbe(ctx context.Context) (over bool, err error) {
+	l.mu.Lock()
+	if !l.probing && len(l.held) >= l.limit && l.inFlight >= l.limit {
+		l.probing = true
+		l.inFlight++
+		l.inUse.Set(float64(l.inFlight))
+		l.mu.Unlock()
+		return true, nil
+	}
+	l.mu.Unlock()
+	return false, l.acquire(ctx)
+}
+
+// endProbe ends a probe's claim on the slot over the limit, so the next
+// probe can have it; the slot itself is freed by release or releaseAfter.
+func (l *limiter) endProbe() {
+	l.mu.Lock()
+	l.probing = false
+	l.mu.Unlock()
+}
+
+// probeInFlight reports whether a probe holds the slot over the limit.
+func (l *limiter) probeInFlight() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.probing
 }
 
 func (l *limiter) reject() error {
@@ -286,11 +340,20 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 }
 
 // observe adds a successful call's latency to the moving average (weight
-// 1/8, like TCP's smoothed round-trip time, RFC 6298). Every successful
-// call counts, late ones too, so a dependency that has become slower for
-// good moves the average, and with it lateAfter, instead of being halved
-// for ever.
-func (l *limiter) observe(d time.Duration) {
+// 1/8, like TCP's smoothed round-trip time, RFC 6298), and to the delay
+// rule's estimate. Every successful call counts, late ones too, so a
+// dependency that has become slower for good moves the average, and with
+// it lateAfter, instead of being halved for ever.
+func (l *limiter) observe(sent time.Time) {
+	now := time.Now()
+	d := now.Sub(sent)
+	if l.adaptive && l.tolerance > 0 {
+		l.mu.Lock()
+		if l.delay.add(now, sent, l.limit) {
+			l.roundEnded = true
+		}
+		l.mu.Unlock()
+	}
 	for {
 		old := l.latency.Load()
 		next := int64(d)
@@ -345,14 +408,62 @@ func (l *limiter) adapt(s signal) bool {
 	old := l.limit
 	switch s {
 	case healthy:
-		if l.limit < l.max && (l.starved || l.inFlight+len(l.waiters) >= l.limit) {
-			l.limit++
-			l.starved = false
-		}
+		l.grow()
 	case congested:
 		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
+		if l.limit != old {
+			l.delay.restart(time.Now())
+			l.roundFrom = l.limit
+		}
 	}
 	return l.limit != old
+}
+
+// grow applies a healthy call (see adapt): the delay rule's verdict at the
+// end of a round, then the lift over held slots, then one more slot if the
+// load presses — one per healthy call below ssthresh, one per round above.
+func (l *limiter) grow() {
+	roundEnded := l.roundEnded
+	l.roundEnded = false
+	if l.tolerance > 0 && roundEnded {
+		r := l.delay.ratio()
+		measured := max(l.roundPeak, l.limit)
+		l.queued = r > 1+l.tolerance
+		l.roundFrom, l.roundPeak = l.limit, l.limit
+		if l.queued {
+			// Calls queue at the dependency: the concurrency that ends the
+			// queue is what the round measured, scaled down by how much
+			// too slow the calls were (at most halved). The limit comes
+			// down to it, and grows slowly from there.
+			target := max(l.min, measured/2, min(measured-1, int(float64(measured)*(1+l.tolerance)/r)))
+			l.ssthresh = target
+			l.limit = min(l.limit, target)
+			l.delay.restart(time.Now())
+			l.roundFrom, l.roundPeak = l.limit, l.limit
+			return
+		}
+	}
+	if l.queued {
+		return // until a round says otherwise
+	}
+	if n := len(l.held); n >= l.limit {
+		// Every slot is kept for a call the dependency never answered, and
+		// it has just answered this one in time: it has room for those and
+		// this one, whatever it did with them.
+		l.limit = min(l.max, n+1)
+	}
+	if l.limit >= l.max || !(l.starved || l.inFlight+len(l.waiters) >= l.limit) {
+		return
+	}
+	switch {
+	case l.limit >= l.ssthresh && !roundEnded:
+		return // congestion avoidance: one per round
+	case l.tolerance > 0 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
+		return // slow start: grown by half this round, wait for its verdict
+	}
+	l.limit++
+	l.roundPeak = max(l.roundPeak, l.limit)
+	l.starved = false
 }
 
 // current returns the limit and the calls in flight, for tests.

@@ -273,18 +273,26 @@ func TestAdaptiveLimitRecoversAfterTheOutage(t *testing.T) {
 		}
 
 		// The provider recovers: the breaker's probes succeed within its
-		// next open period, then each healthy call adds a slot until the
-		// limit serves the load again.
+		// next open period (at most 2 s: the second hung probe's), then
+		// each healthy call adds a slot until the limit serves the load
+		// again.
 		pr.set(healthyLatency)
 		recovered := time.Now()
-		for b.limit() < healthyLimit-1 {
+		for b.p.State() != StateClosed {
 			advance(10 * time.Millisecond)
 			if time.Since(recovered) > 3*time.Second {
-				t.Fatalf("limit %d three seconds after recovery, want %d again", b.limit(), healthyLimit-1)
+				t.Fatalf("breaker %v three seconds after recovery, want closed", b.p.State())
 			}
 		}
-		t.Logf("limit back to %d (was %d before the outage) %v after the provider recovered, breaker %v",
-			b.limit(), healthyLimit, time.Since(recovered), b.p.State())
+		closed := time.Now()
+		for b.limit() < healthyLimit-1 {
+			advance(10 * time.Millisecond)
+			if time.Since(closed) > time.Second {
+				t.Fatalf("limit %d a second after the breaker closed, want %d again", b.limit(), healthyLimit-1)
+			}
+		}
+		t.Logf("limit back to %d (was %d before the outage) %v after the provider recovered, %v after the breaker closed",
+			b.limit(), healthyLimit, time.Since(recovered), time.Since(closed))
 		stop()
 	})
 }

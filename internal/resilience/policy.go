@@ -99,6 +99,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 		} else {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
 			p.limit.lateFactor = cfg.LimitLateFactor
+			p.limit.tolerance = cfg.LimitDelayTolerance
 		}
 		p.breaker.limit = p.limit
 		p.events = p.breaker.events
@@ -135,14 +136,22 @@ func (p *Policy) Limit() int {
 // RetryAfter returns how long until the stack lets a call through: what is
 // left of the breaker's open state, or, when every slot of the concurrency
 // limit is kept for a call the dependency may still hold, until the first
-// of those frees; 0 when neither refuses. Callers use it for the HTTP
-// Retry-After header and to schedule or snooze background retries so they
-// don't pile onto a dependency the stack knows is failing.
+// of those frees — unless the breaker is half-open and no probe holds the
+// slot over the limit, since a probe then goes at once (see
+// limiter.acquireProbe); 0 when nothing refuses. Callers use it for the
+// HTTP Retry-After header and to schedule or snooze background retries so
+// they don't pile onto a dependency the stack knows is failing.
 func (p *Policy) RetryAfter() time.Duration {
 	if p.breaker == nil {
 		return 0
 	}
-	return max(p.breaker.retryAfter(), p.limit.heldFor())
+	if wait := p.breaker.retryAfter(); wait > 0 {
+		return wait
+	}
+	if p.breaker.effectiveState() == StateHalfOpen && !p.limit.probeInFlight() {
+		return 0
+	}
+	return p.limit.heldFor()
 }
 
 // Do calls fn through p's layers, outermost first: retry, circuit breaker,
@@ -215,7 +224,16 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	if err != nil {
 		return v, false, err // the breaker's verdict: retrying would only be refused again
 	}
-	if err := p.limit.acquire(ctx); err != nil {
+	overLimit, err := false, error(nil)
+	if c.isProbe {
+		overLimit, err = p.limit.acquireProbe(ctx)
+	} else {
+		err = p.limit.acquire(ctx)
+	}
+	if overLimit {
+		defer p.limit.endProbe()
+	}
+	if err != nil {
 		// A reached limit or a caller that gave up while queueing says
 		// nothing about the dependency: excluded, and not retried, since
 		// another attempt would only add to the load that filled it —
@@ -223,11 +241,13 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		// answered (heldFor): then the dependency is what refuses, and the
 		// breaker counts it as a failure, so that it opens (and tells the
 		// fleet) although the limit leaves it too few calls to judge.
+		// A probe refused while another probe holds the slot over the
+		// limit is no verdict either: that probe's answer is.
 		report, counter := errReportExcluded, p.breaker.calls.rejected
 		switch {
 		case !errors.Is(err, ErrBulkheadFull):
 			counter = p.breaker.calls.excluded
-		case p.limit.heldFor() > 0:
+		case !c.isProbe && p.limit.heldFor() > 0:
 			report = errReportFailure
 		}
 		c.finish(report, counter)
@@ -249,9 +269,6 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 	completed = true
 	abandoned := timedOut || (err != nil && ctx.Err() != nil)
-	if abandoned {
-		p.breaker.abandoned(sent)
-	}
 	calls := &p.breaker.calls
 	// The breaker and the limit hear the same outcome, once: a call the
 	// slow timer already reported (finish returns false) is not told again.
@@ -260,7 +277,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	s := noSignal
 	switch {
 	case err == nil:
-		p.limit.observe(time.Since(sent))
+		p.limit.observe(sent)
 		if c.finish(nil, calls.success) {
 			s = healthy
 		}

@@ -1,0 +1,134 @@
+package resilience
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// sharedProvider is paymentsim's capacity model in small: a call's latency
+// is base ± 20 % scaled by n/capacity once the n calls in flight (this one
+// included) exceed its capacity, fixed when the call starts. It counts the
+// calls started above capacity.
+type sharedProvider struct {
+	mu            sync.Mutex
+	base          time.Duration
+	capacity      int
+	inFlight      int
+	started, over int
+	rnd           *rand.Rand
+}
+
+func newSharedProvider(base time.Duration, capacity int) *sharedProvider {
+	return &sharedProvider{base: base, capacity: capacity, rnd: rand.New(rand.NewPCG(1, 2))}
+}
+
+func (pr *sharedProvider) call(ctx context.Context) (string, error) {
+	pr.mu.Lock()
+	pr.inFlight++
+	pr.started++
+	n := pr.inFlight
+	d := pr.base + time.Duration((pr.rnd.Float64()*0.4-0.2)*float64(pr.base))
+	if n > pr.capacity {
+		pr.over++
+		d = d * time.Duration(n) / time.Duration(pr.capacity)
+	}
+	pr.mu.Unlock()
+	defer func() {
+		pr.mu.Lock()
+		pr.inFlight--
+		pr.mu.Unlock()
+	}()
+	select {
+	case <-time.After(d):
+		return "ch_1", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (pr *sharedProvider) overShare() float64 {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return float64(pr.over) / float64(pr.started)
+}
+
+// backlog keeps n callers calling p back to back, as a worker draining a
+// backlog does, until stop; it returns how many calls succeeded.
+func backlog(p *Policy, pr *sharedProvider, n int) (stop func() int) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	paid := 0
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				if _, err := Do(context.Background(), p, pr.call); err == nil {
+					mu.Lock()
+					paid++
+					mu.Unlock()
+				} else {
+					time.Sleep(10 * time.Millisecond) // a refused job waits a little, as a snooze does
+				}
+			}
+		})
+	}
+	return func() int { close(quit); wg.Wait(); return paid }
+}
+
+// The delay rule stops the limit at the provider's capacity: with a
+// backlog of callers pressing on it, calls past capacity queue at the
+// provider and slow down, and the limit comes down to end the queue
+// instead of growing to its maximum until calls turn late.
+func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		tolerance     float64
+		maxLimit      int
+		minThroughput float64 // calls/s, of the 160/s 16 × 100 ms allow
+	}{
+		{0.1, 24, 130},
+		{0, 40, 0}, // without it: the limit climbs past capacity (checked below)
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, func(c *Config) {
+				c.MaxAttempts = 1
+				c.LimitMax = 40
+				c.LimitDelayTolerance = tt.tolerance
+				c.BulkheadWait = time.Second
+			})
+			pr := newSharedProvider(100*time.Millisecond, 16)
+			stop := backlog(b.p, pr, 40)
+			advance(2 * time.Second) // find the capacity
+			highest := 0
+			for range 100 { // 10 s
+				advance(100 * time.Millisecond)
+				highest = max(highest, b.limit())
+			}
+			paid := stop()
+			share := pr.overShare()
+			t.Logf("tolerance %v: limit at most %d over the last 10 s, %.0f %% of calls started above capacity, %.0f calls/s",
+				tt.tolerance, highest, 100*share, float64(paid)/12)
+			if tt.tolerance == 0 {
+				if highest <= tt.maxLimit-10 {
+					t.Errorf("without the delay rule the limit stayed at %d: the test shows nothing", highest)
+				}
+				return
+			}
+			if highest > tt.maxLimit {
+				t.Errorf("limit reached %d, want at most %d (capacity 16)", highest, tt.maxLimit)
+			}
+			if got := float64(paid) / 12; got < tt.minThroughput {
+				t.Errorf("%.0f calls/s, want at least %.0f: the limit must use the capacity, not only spare it", got, tt.minThroughput)
+			}
+		})
+	}
+}
