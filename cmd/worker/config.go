@@ -51,8 +51,26 @@ func workerResilienceDefaults() resilience.Config {
 	d.MinCalls = 4
 	d.HalfOpenProbes = 1
 	d.LimitInitial = 1
+	// The backlog after an outage is demand without bound: the delay rule
+	// stops the limit at the provider's capacity, and at a tenth — a
+	// scavenger's target, as LEDBAT's (RFC 6817) beside foreground TCP —
+	// while checkout's live calls, which have none, take what they need
+	// and the worker's limit comes down to leave it (docs/design.md,
+	// "After an outage").
+	d.LimitDelayTolerance = 0.1
+	// A charge job that finds the limit full waits for a slot in its FIFO
+	// rather than snoozing at once: River runs up to WORKER_CONCURRENCY
+	// jobs, the limit decides how many of them call the provider, and the
+	// others are ready the moment a slot frees. Past the wait it snoozes,
+	// which uses no attempt.
+	d.BulkheadWait = 2 * time.Second
 	return d
 }
+
+// defaultConcurrency is WORKER_CONCURRENCY's default: River's ceiling on
+// charge jobs running at once, above the limit's maximum (20) so that jobs
+// wait at the limit, not in River's queue.
+const defaultConcurrency = 32
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
@@ -74,7 +92,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FleetListenURL:  env.OptionalURL("FLEET_LISTEN_DATABASE_URL", "postgres", "postgresql"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
 		Worker: worker.Config{
-			Concurrency: env.Int("WORKER_CONCURRENCY", 4, 1, 1000),
+			Concurrency: env.Int("WORKER_CONCURRENCY", defaultConcurrency, 1, 1000),
 			Charge: worker.ChargePolicy{
 				GiveUpAfter:  env.Int("CHARGE_GIVE_UP_AFTER", charge.GiveUpAfter, 1, order.JobMaxAttempts-1),
 				KeyRetention: env.Duration("PROVIDER_KEY_RETENTION", charge.KeyRetention, time.Second, 365*24*time.Hour),

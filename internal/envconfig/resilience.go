@@ -35,6 +35,8 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 		LimitMax:          r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000),
 		LimitBackoff:      r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99),
 		LimitLateFactor:   r.lateFactor(d.LimitLateFactor),
+		// 0 (off) up to 10: calls eleven times slower than idle.
+		LimitDelayTolerance: r.Float("PAYMENT_LIMIT_DELAY_TOLERANCE", d.LimitDelayTolerance, 0, 10),
 	}
 }
 

@@ -86,8 +86,21 @@ func TestCapacityModel(t *testing.T) {
 				if tt.fault != "" {
 					addFault(t, sim, tt.fault)
 				}
-				if got := chargeTogether(t, sim, tt.n); !slices.Equal(got, tt.want) {
+				got := chargeTogether(t, sim, tt.n)
+				if !slices.Equal(got, tt.want) {
 					t.Errorf("latencies: got %v, want %v", got, tt.want)
+				}
+				// Every charge that was slowed started above capacity; the
+				// stats count those.
+				over := 0
+				for _, d := range got {
+					if d%time.Second > 100*time.Millisecond {
+						over++
+					}
+				}
+				st := sim.Stats()
+				if st.ChargesProcessed != tt.n || st.ChargesOverCapacity != over {
+					t.Errorf("stats: %d processed, %d over capacity; want %d, %d", st.ChargesProcessed, st.ChargesOverCapacity, tt.n, over)
 				}
 			})
 		})

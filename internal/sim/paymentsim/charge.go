@@ -156,6 +156,7 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 	if fault.Capacity > 0 {
 		capacity = fault.Capacity
 	}
+	s.inflight.processing(capacity > 0 && n > capacity)
 	simulator.Sleep(ctx, scaledLatency(s.latency(), n, capacity)+time.Duration(fault.Latency))
 	if req.PaymentMethod == declinedMethod {
 		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil

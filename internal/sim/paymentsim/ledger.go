@@ -48,6 +48,16 @@ type Stats struct {
 	// MaxInFlightDuringFault is the most processed at once while a fault was active, since
 	// start or reset: how much work callers piled on the failing provider.
 	MaxInFlightDuringFault int `json:"max_in_flight_during_fault"`
+	// ChargesDuringFault counts the charge requests that arrived while a fault was active,
+	// since start or reset: what callers sent into the trouble.
+	ChargesDuringFault int `json:"charges_during_fault"`
+	// ChargesProcessed counts the charges that began processing, and ChargesOverCapacity
+	// those that began it with more charges processing than the capacity (Config.Capacity or
+	// a capacity fault's): each of them slowed every charge then processing.
+	ChargesProcessed    int `json:"charges_processed"`
+	ChargesOverCapacity int `json:"charges_over_capacity"`
+	// Capacity is Config.Capacity, 0 for unlimited.
+	Capacity int `json:"capacity"`
 }
 
 // ledger is the provider's memory: the idempotency keys (a bounded cache, as at a real

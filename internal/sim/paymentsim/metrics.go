@@ -70,6 +70,10 @@ type inflight struct {
 	mu       sync.Mutex
 	n, max   int
 	faultMax int
+	// duringFault counts the charge requests that arrived while a fault was
+	// active; started those that began processing, and over those that
+	// began it above the provider's capacity (see scaledLatency).
+	duringFault, started, over int
 	idleCh   chan struct{} // closed while n == 0
 	metrics  *metrics
 }
@@ -93,6 +97,7 @@ func (f *inflight) add(duringFault bool) (done func()) {
 	f.max = max(f.max, f.n)
 	if duringFault {
 		f.faultMax = max(f.faultMax, f.n)
+		f.duringFault++
 	}
 	f.publish()
 	return f.remove
@@ -125,11 +130,29 @@ func (f *inflight) counts() (n, highest, highestDuringFault int) {
 	return f.n, f.max, f.faultMax
 }
 
+// processing counts a charge that begins processing, above capacity or not.
+func (f *inflight) processing(overCapacity bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started++
+	if overCapacity {
+		f.over++
+	}
+}
+
+// arrivals returns the counts kept beside the in-flight ones.
+func (f *inflight) arrivals() (duringFault, started, overCapacity int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.duringFault, f.started, f.over
+}
+
 // resetMax restarts the maximum from the current count, not zero: requests still in flight
 // are part of the next experiment's load. No fault has been seen since.
 func (f *inflight) resetMax() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.max, f.faultMax = f.n, 0
+	f.duringFault, f.started, f.over = 0, 0, 0
 	f.publish()
 }

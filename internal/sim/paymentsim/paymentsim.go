@@ -121,10 +121,13 @@ func (s *Simulator) Idle() <-chan struct{} {
 func (s *Simulator) Stats() Stats {
 	st := s.ledger.stats()
 	st.InFlight, st.MaxInFlight, st.MaxInFlightDuringFault = s.inflight.counts()
+	st.ChargesDuringFault, st.ChargesProcessed, st.ChargesOverCapacity = s.inflight.arrivals()
+	st.Capacity = s.cfg.Capacity
 	return st
 }
 
-// Reset forgets every idempotency key and charge and restarts the max in-flight counts, so
+// Reset forgets every idempotency key and charge and restarts the max in-flight counts and
+// the arrival counts, so
 // experiments can be repeated on a clean provider. Faults are left as they are.
 func (s *Simulator) Reset() {
 	s.ledger.reset()
