@@ -54,6 +54,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "ramp":
 			cfg = experiment.RampConfig()
 			args = args[1:]
+		case "recovery":
+			cfg = experiment.RecoveryConfig()
+			args = args[1:]
 		case "catalog-outage":
 			cfg = experiment.CatalogOutageConfig()
 			args = args[1:]
@@ -104,6 +107,8 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	fs.DurationVar(&cfg.MetricsInterval, "metrics-interval", cfg.MetricsInterval, "time between reads of checkout's /metrics for the breaker state")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the worker to settle every order")
 	fs.DurationVar(&cfg.MaxLag, "max-lag", cfg.MaxLag, "refuse the run when a request went out later than this")
+	fs.DurationVar(&cfg.LiveAfter, "live-after", cfg.LiveAfter, "orders sent this long after the fault ended count as live in the recovery figures")
+	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "the healthy provider's latency (PAYMENTSIM_LATENCY), for the ideal drain time; 0: not reported")
 	fs.StringVar(&jsonPath, "json", "", "write the report as JSON to this `file`")
 	fs.StringVar(&svgPath, "svg", "", "write the SVG timeline to this `file`")
 	if err := fs.Parse(args); err != nil {

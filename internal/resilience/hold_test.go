@@ -278,3 +278,39 @@ func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
 		}
 	})
 }
+
+// A process whose few calls hung keeps its breaker closed (too few calls
+// to judge) while the held slots fill its limit — a worker after one hung
+// charge, say. It does not wait out the 10 s hold: once the limit has been
+// full of held slots for the open duration, one call goes over it, and a
+// fast answer lifts the limit.
+func TestAClosedBreakerSendsOneCallOverHeldSlotsPerOpenDuration(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts = 1
+			c.AbandonedHold = DefaultConfig().AbandonedHold
+			c.LimitInitial = 2
+			c.BulkheadWait = 0
+		})
+		hangN(t, b, 2)
+		if got := b.p.State(); got != StateClosed {
+			t.Fatalf("state = %v, want closed (two calls are too few to judge)", got)
+		}
+		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+			t.Fatalf("err = %v, want ErrBulkheadFull: the held slots fill the limit", err)
+		}
+		if got := b.p.RetryAfter(); got <= 0 || got > time.Second {
+			t.Errorf("RetryAfter = %v, want at most the 1 s open duration, not the 10 s hold", got)
+		}
+		advance(b.p.RetryAfter())
+		if _, err := b.do(ok); err != nil {
+			t.Fatalf("a second later: err = %v, want one call over the limit", err)
+		}
+		for i := range 3 {
+			if _, err := b.do(ok); err != nil {
+				t.Errorf("call %d after the fast answer: %v, want the limit lifted", i, err)
+			}
+		}
+	})
+}

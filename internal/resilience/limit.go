@@ -105,25 +105,34 @@ type limiter struct {
 	// newsAt is when other processes' congestion news last lowered the
 	// limit (congestedNews); zero before the first.
 	newsAt time.Time
-	// probing is set while a breaker probe holds a slot over the limit
-	// (acquireProbe).
-	probing bool
+	// probing is set while a call holds the slot over the limit
+	// (acquireProbe), probedAt when the last one took it, and fullSince
+	// since when the limit has been full of held slots (zero when it is
+	// not); probeEvery is how long a call that is not a breaker's probe
+	// waits after either (Config.OpenDuration).
+	probing    bool
+	probedAt   time.Time
+	fullSince  time.Time
+	probeEvery time.Duration
 
 	// The delay rule (tolerance > 0; see queueDelay). ssthresh is where
 	// growth turns from one per healthy call (slow start) to one per round
-	// (congestion avoidance): the limit the delay rule last brought it
-	// down to, max until then. roundEnded is set when a call ends a round,
-	// for the adapt that follows; queued is the last round's verdict.
-	// roundFrom is the limit when the round began: slow start grows it by
-	// at most half before the round's verdict; roundPeak is the highest
-	// the limit has been during the round, the concurrency it measured.
-	tolerance  float64
-	delay      queueDelay
-	ssthresh   int
-	roundEnded bool
-	queued     bool
-	roundFrom  int
-	roundPeak  int
+	// trip (congestion avoidance): the limit the delay rule last brought
+	// it down to, max until then; queuedAt is the limit the last queue was
+	// measured at, near which growth slows to one per four round trips.
+	// roundEnded is set when a call ends a round, for the grow that
+	// follows. roundFrom is the limit when the round began: slow start
+	// grows it by at most half before the round's verdict; roundPeak is
+	// the highest the limit has been during the round, the concurrency it
+	// measured. sinceGrowth counts healthy calls since the limit last grew.
+	tolerance   float64
+	delay       queueDelay
+	ssthresh    int
+	queuedAt    int
+	roundEnded  bool
+	roundFrom   int
+	roundPeak   int
+	sinceGrowth int
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -217,17 +226,21 @@ func (l *limiter) acquire(ctx context.Context) error {
 	return err
 }
 
-// acquireProbe is acquire for a breaker's probe: when every slot is kept
-// for an abandoned call (see heldFor), one probe at a time takes a slot
-// over the limit instead of waiting for a hold to end. Those calls are the
-// dependency's business only if it still holds them, and its answer to the
-// probe is what tells: a fast answer lifts the limit above the held slots
-// (adapt). over reports whether the probe's slot is over the limit; the
-// caller passes it to endProbe when the call returns.
-func (l *limiter) acquireProbe(ctx context.Context) (over bool, err error) {
+// acquireProbe is acquire, except when every slot is kept for an abandoned
+// call (see heldFor): then one call at a time takes a slot over the limit
+// instead of waiting for a hold to end — a breaker's probe (probe) at
+// once, any other call only once the limit has been full of held slots
+// for probeEvery and as long since the last such call. Those calls are the
+// dependency's business only if it still holds them, and its answer to
+// this one is what tells: a fast answer lifts the limit above the held
+// slots (grow), a hung one is held in turn. over reports whether the
+// call's slot is over the limit; the caller then calls endProbe when the
+// call returns.
+func (l *limiter) acquireProbe(ctx context.Context, probe bool) (over bool, err error) {
 	l.mu.Lock()
-	if !l.probing && len(l.held) >= l.limit && l.inFlight >= l.limit {
+	if wait := l.probeWait(time.Now()); wait == 0 || (probe && wait > 0) {
 		l.probing = true
+		l.probedAt = time.Now()
 		l.inFlight++
 		l.inUse.Set(float64(l.inFlight))
 		l.mu.Unlock()
@@ -237,19 +250,42 @@ func (l *limiter) acquireProbe(ctx context.Context) (over bool, err error) {
 	return false, l.acquire(ctx)
 }
 
+// probeWait is how long until a call that is not a breaker's probe may
+// take the slot over a limit full of held slots, or -1 when that is not
+// what holds calls back: the limit is not full of held slots, a call holds
+// that slot already, or the limit is static, whose size is fixed. Call it
+// with l.mu held.
+func (l *limiter) probeWait(now time.Time) time.Duration {
+	if !l.adaptive || len(l.held) < l.limit || l.inFlight < l.limit {
+		l.fullSince = time.Time{}
+		return -1
+	}
+	if l.fullSince.IsZero() {
+		l.fullSince = now
+	}
+	if l.probing {
+		return -1
+	}
+	from := l.fullSince
+	if l.probedAt.After(from) {
+		from = l.probedAt
+	}
+	return max(l.probeEvery-now.Sub(from), 0)
+}
+
+// probeIn is probeWait for RetryAfter.
+func (l *limiter) probeIn() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.probeWait(time.Now())
+}
+
 // endProbe ends a probe's claim on the slot over the limit, so the next
 // probe can have it; the slot itself is freed by release or releaseAfter.
 func (l *limiter) endProbe() {
 	l.mu.Lock()
 	l.probing = false
 	l.mu.Unlock()
-}
-
-// probeInFlight reports whether a probe holds the slot over the limit.
-func (l *limiter) probeInFlight() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.probing
 }
 
 func (l *limiter) reject() error {
@@ -421,30 +457,29 @@ func (l *limiter) adapt(s signal) bool {
 
 // grow applies a healthy call (see adapt): the delay rule's verdict at the
 // end of a round, then the lift over held slots, then one more slot if the
-// load presses — one per healthy call below ssthresh, one per round above.
+// load presses — one per healthy call below ssthresh (slow start, by at
+// most half a round), one per round trip above it (congestion avoidance),
+// one per four round trips just below where the last queue was measured.
 func (l *limiter) grow() {
 	roundEnded := l.roundEnded
 	l.roundEnded = false
+	l.sinceGrowth++
 	if l.tolerance > 0 && roundEnded {
 		r := l.delay.ratio()
 		measured := max(l.roundPeak, l.limit)
-		l.queued = r > 1+l.tolerance
 		l.roundFrom, l.roundPeak = l.limit, l.limit
-		if l.queued {
+		if r > 1+l.tolerance {
 			// Calls queue at the dependency: the concurrency that ends the
 			// queue is what the round measured, scaled down by how much
 			// too slow the calls were (at most halved). The limit comes
 			// down to it, and grows slowly from there.
 			target := max(l.min, measured/2, min(measured-1, int(float64(measured)*(1+l.tolerance)/r)))
-			l.ssthresh = target
+			l.ssthresh, l.queuedAt = target, measured
 			l.limit = min(l.limit, target)
 			l.delay.restart(time.Now())
-			l.roundFrom, l.roundPeak = l.limit, l.limit
+			l.roundFrom, l.roundPeak, l.sinceGrowth = l.limit, l.limit, 0
 			return
 		}
-	}
-	if l.queued {
-		return // until a round says otherwise
 	}
 	if n := len(l.held); n >= l.limit {
 		// Every slot is kept for a call the dependency never answered, and
@@ -456,14 +491,17 @@ func (l *limiter) grow() {
 		return
 	}
 	switch {
-	case l.limit >= l.ssthresh && !roundEnded:
-		return // congestion avoidance: one per round
+	case l.limit >= l.ssthresh && l.limit >= l.queuedAt-1 && l.sinceGrowth < 4*l.limit:
+		return // probing near the last queue: one per four round trips
+	case l.limit >= l.ssthresh && l.sinceGrowth < l.limit:
+		return // congestion avoidance: one per round trip
 	case l.tolerance > 0 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
 		return // slow start: grown by half this round, wait for its verdict
 	}
 	l.limit++
 	l.roundPeak = max(l.roundPeak, l.limit)
 	l.starved = false
+	l.sinceGrowth = 0
 }
 
 // current returns the limit and the calls in flight, for tests.

@@ -100,6 +100,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
 			p.limit.lateFactor = cfg.LimitLateFactor
 			p.limit.tolerance = cfg.LimitDelayTolerance
+			p.limit.probeEvery = cfg.OpenDuration
 		}
 		p.breaker.limit = p.limit
 		p.events = p.breaker.events
@@ -135,10 +136,10 @@ func (p *Policy) Limit() int {
 
 // RetryAfter returns how long until the stack lets a call through: what is
 // left of the breaker's open state, or, when every slot of the concurrency
-// limit is kept for a call the dependency may still hold, until the first
-// of those frees — unless the breaker is half-open and no probe holds the
-// slot over the limit, since a probe then goes at once (see
-// limiter.acquireProbe); 0 when nothing refuses. Callers use it for the
+// limit is kept for a call the dependency may still hold, until a call may
+// go over the limit to find out whether it does (limiter.acquireProbe) —
+// or, while such a call is out, until the first held slot frees; 0 when
+// nothing refuses. Callers use it for the
 // HTTP Retry-After header and to schedule or snooze background retries so
 // they don't pile onto a dependency the stack knows is failing.
 func (p *Policy) RetryAfter() time.Duration {
@@ -148,8 +149,8 @@ func (p *Policy) RetryAfter() time.Duration {
 	if wait := p.breaker.retryAfter(); wait > 0 {
 		return wait
 	}
-	if p.breaker.effectiveState() == StateHalfOpen && !p.limit.probeInFlight() {
-		return 0
+	if wait := p.limit.probeIn(); wait >= 0 {
+		return wait
 	}
 	return p.limit.heldFor()
 }
@@ -224,12 +225,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	if err != nil {
 		return v, false, err // the breaker's verdict: retrying would only be refused again
 	}
-	overLimit, err := false, error(nil)
-	if c.isProbe {
-		overLimit, err = p.limit.acquireProbe(ctx)
-	} else {
-		err = p.limit.acquire(ctx)
-	}
+	overLimit, err := p.limit.acquireProbe(ctx, c.isProbe)
 	if overLimit {
 		defer p.limit.endProbe()
 	}

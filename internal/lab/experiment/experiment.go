@@ -89,6 +89,12 @@ type Config struct {
 	// MaxLag is how late a request or probe may be issued before the run is refused.
 	MaxLag time.Duration
 
+	// LiveAfter is how long after the fault ends an order counts as live in the report's
+	// Recovery; ProviderLatency is the healthy provider's latency, for the ideal drain time
+	// (0: not reported).
+	LiveAfter       time.Duration
+	ProviderLatency time.Duration
+
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
 }
@@ -109,7 +115,23 @@ func DefaultConfig() Config {
 		MetricsInterval: 50 * time.Millisecond,
 		DrainTimeout:    60 * time.Second,
 		MaxLag:          20 * time.Millisecond,
+		LiveAfter:       time.Second,
+		ProviderLatency: 200 * time.Millisecond, // paymentsim's default
 	}
+}
+
+// RecoveryConfig returns the recovery run of docs/design.md, "After an outage": the provider
+// down (fast 503s) for the first 20 s of a 60 s run at 30 req/s, then healthy — at 100 ms a
+// charge with a capacity of 16 (start paymentsim so: PAYMENTSIM_LATENCY=100ms, its default
+// capacity) — while orders keep arriving. Orders sent 5 s after the provider is back count as
+// live.
+func RecoveryConfig() Config {
+	c := DefaultConfig()
+	c.Rate, c.Duration = 30, 60*time.Second
+	c.Fault, c.OutageStart, c.OutageFor, c.OutageLatency = FaultDown, 0, 20*time.Second, 0
+	c.LiveAfter, c.ProviderLatency = 5*time.Second, 100*time.Millisecond
+	c.DrainTimeout = 2 * time.Minute
+	return c
 }
 
 // RampConfig returns the ramp of docs/design.md, "Experiment": the provider healthy throughout, checkout from 10 to
@@ -280,6 +302,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	log.Info("load started", "label", cfg.Label, "rate", cfg.Rate, "rate_to", cfg.RateTo, "duration", cfg.Duration,
 		"fault_target", cfg.target(), "skus", len(load.items))
+	recovery := watchRecovery(ctx, cfg, sim, load.customerID, start)
 	samples := load.drive(ctx, start)
 	breaker, limit, cache := watch.stop()
 	if err := ctx.Err(); err != nil {
@@ -289,6 +312,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	log.Info("load finished; waiting for the worker to settle every order", "drain_timeout", cfg.DrainTimeout)
 	audit, err := drainAndAudit(ctx, db, sim, load.customerID, acknowledged(samples), cfg.DrainTimeout)
+	seconds, werr := recovery.stop()
 	if late != nil {
 		// Refused only now, after the drain, so that a retry starts from a quiet stack.
 		return Report{}, late
@@ -296,7 +320,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return newReport(cfg, start, samples, lag, breaker, limit, cache, audit), nil
+	if werr != nil {
+		return Report{}, werr
+	}
+	report := newReport(cfg, start, samples, lag, breaker, limit, cache, audit)
+	if cfg.Fault != FaultNone && cfg.target() == TargetPayment {
+		rec, err := measureRecovery(ctx, db, sim, cfg, start, samples, seconds)
+		if err != nil {
+			return Report{}, err
+		}
+		report.Recovery = &rec
+	}
+	return report, nil
 }
 
 // newRunID names a run's orders, so the audit finds exactly this run's rows in a database

@@ -30,6 +30,8 @@ type Report struct {
 	// Cache is checkout's catalog price cache over the run, when checkout has one.
 	Cache Cache `json:"cache"`
 	Audit Audit `json:"audit"`
+	// Recovery is what followed the fault, for runs that fault the payment provider.
+	Recovery *Recovery `json:"recovery,omitempty"`
 
 	// WorstLag is the latest any request went out; a run is only reported when it is within
 	// Scenario.MaxLag.
@@ -182,6 +184,22 @@ func runNotes(b *strings.Builder, reports []Report) {
 	for _, r := range reports {
 		fmt.Fprintf(b, "- **%s**: %s. %s %s; load went out at most %s late.",
 			r.Name(), transitions(r.Breaker, r.Scenario.target()), capitalized(r.Scenario.dependency()), faultSpan(r.Scenario), ms(r.WorstLag))
+		if rec := r.Recovery; rec != nil {
+			fmt.Fprintf(b, " After the fault: %d charges sent into it; %d of %d orders sent from %s after it answered 201 (%.0f %%); the last acknowledged order paid %s after it.",
+				rec.ChargesDuringFault, rec.LiveCharged, rec.Live, seconds(rec.LiveAfter), 100*rec.LiveShare(), paidCell(rec.LastPaid))
+			if rec.Backlog > 0 {
+				fmt.Fprintf(b, " Backlog: %d orders, paid %s after it", rec.Backlog, paidCell(rec.BacklogPaid))
+				if rec.IdealDrain > 0 {
+					fmt.Fprintf(b, " (ideal %s: backlog / (%d / %s − %s/s))", seconds(rec.IdealDrain), rec.Capacity, ms(rec.ProviderLatency),
+						strconv.FormatFloat(r.Scenario.Rate, 'f', -1, 64))
+				}
+				b.WriteString(".")
+			}
+			if rec.Capacity > 0 {
+				fmt.Fprintf(b, " %d of %d charges (%.1f %%) began above the provider's capacity of %d.",
+					rec.ChargesOverCapacity, rec.ChargesProcessed, 100*rec.OverCapacityShare(), rec.Capacity)
+			}
+		}
 		if !r.Audit.Drained {
 			fmt.Fprintf(b, " **Not drained** after %s: %d orders still pending — the worker did not settle them in time.",
 				seconds(r.Audit.DrainWait), r.Audit.StillPending)
@@ -319,6 +337,14 @@ func fault(s Scenario) string {
 
 // ms formats a latency for a table: whole milliseconds, or tenths below 10 ms where the
 // difference matters (the article's /health p50 is 2 ms).
+// paidCell is a Recovery time, or "never" for -1.
+func paidCell(d Millis) string {
+	if d < 0 {
+		return "never"
+	}
+	return seconds(d)
+}
+
 func ms(d Millis) string {
 	v := float64(d) / float64(time.Millisecond)
 	if v < 10 {

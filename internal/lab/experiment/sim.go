@@ -35,6 +35,10 @@ type providerStats struct {
 	InFlight            int            `json:"in_flight"`
 	MaxInFlight         int            `json:"max_in_flight"`
 	MaxInFlightOutage   int            `json:"max_in_flight_during_fault"`
+	ChargesDuringFault  int            `json:"charges_during_fault"`
+	ChargesProcessed    int            `json:"charges_processed"`
+	ChargesOverCapacity int            `json:"charges_over_capacity"`
+	Capacity            int            `json:"capacity"`
 }
 
 // catalogPrice is one entry of catalogsim's GET /admin/prices.

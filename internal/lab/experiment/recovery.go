@@ -1,0 +1,227 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Recovery is what happened once the fault ended (docs/design.md, "After an outage"): how
+// many charges were sent into the fault, whether live orders were charged at once again, how
+// long the backlog of deferred orders took to be paid against the least it could take, and
+// whether the provider was kept within its capacity while it was.
+type Recovery struct {
+	// ChargesDuringFault counts the charge requests the provider received while the fault
+	// was active (all of them answered 503 in a down fault; held for the fault's latency
+	// in a latency fault).
+	ChargesDuringFault int `json:"charges_during_fault"`
+	// LiveAfter: orders sent this long after the fault ended count as live; Live of them
+	// were sent, LiveCharged answered 201.
+	LiveAfter   Millis `json:"live_after_ms"`
+	Live        int    `json:"live"`
+	LiveCharged int    `json:"live_charged"`
+	// Backlog counts the orders answered 202 before the fault ended: deferred to the worker.
+	Backlog int `json:"backlog"`
+	// BacklogPaid is when the last of them was paid, LastPaid when the last acknowledged
+	// order of the run was, both from the end of the fault; -1 when one never was.
+	BacklogPaid Millis `json:"backlog_paid_ms"`
+	LastPaid    Millis `json:"last_paid_ms"`
+	// IdealDrain is the least time the backlog could take: Backlog / (Capacity /
+	// ProviderLatency − Rate), the provider's surplus once live orders have their share; 0
+	// when the capacity or the latency is not known.
+	IdealDrain      Millis `json:"ideal_drain_ms"`
+	Capacity        int    `json:"capacity"`
+	ProviderLatency Millis `json:"provider_latency_ms"`
+	// ChargesProcessed counts the charges the provider processed during the run and its
+	// drain, ChargesOverCapacity those that began above its capacity.
+	ChargesProcessed    int `json:"charges_processed"`
+	ChargesOverCapacity int `json:"charges_over_capacity"`
+	// Seconds is the run second by second, the drain included.
+	Seconds []Second `json:"seconds"`
+}
+
+// Second is one second of a run: charges the provider began processing, the most it had in
+// flight, and the run's unsettled orders at the end of the second.
+type Second struct {
+	At       Millis `json:"at_ms"`
+	Started  int    `json:"started"`
+	InFlight int    `json:"in_flight_max"`
+	Backlog  int    `json:"backlog"`
+}
+
+// LiveShare is the share of live orders answered 201, 1 when none was sent.
+func (r Recovery) LiveShare() float64 {
+	if r.Live == 0 {
+		return 1
+	}
+	return float64(r.LiveCharged) / float64(r.Live)
+}
+
+// OverCapacityShare is the share of charges that began above the provider's capacity.
+func (r Recovery) OverCapacityShare() float64 {
+	if r.ChargesProcessed == 0 {
+		return 0
+	}
+	return float64(r.ChargesOverCapacity) / float64(r.ChargesProcessed)
+}
+
+// recoveryPoll is how often the watch reads the provider's stats and the run's orders.
+const recoveryPoll = 250 * time.Millisecond
+
+// recoveryWatch samples the provider and the run's unsettled orders during a run and its
+// drain, on a connection of its own.
+type recoveryWatch struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	seconds []Second
+	err     error
+}
+
+func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID string, start time.Time) *recoveryWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &recoveryWatch{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		db, err := pgx.Connect(ctx, cfg.DatabaseURL)
+		if err != nil {
+			w.fail(fmt.Errorf("recovery watch: connect: %w", err))
+			return
+		}
+		defer db.Close(context.WithoutCancel(ctx))
+		tick := time.NewTicker(recoveryPoll)
+		defer tick.Stop()
+		processed := -1
+		for {
+			st, err := sim.stats(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				w.fail(err)
+				return
+			}
+			var backlog int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE customer_id = $1 AND status IN ('pending', 'pending_payment')`,
+				customerID).Scan(&backlog); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				w.fail(fmt.Errorf("recovery watch: %w", err))
+				return
+			}
+			started := 0
+			if processed >= 0 {
+				started = st.ChargesProcessed - processed
+			}
+			processed = st.ChargesProcessed
+			w.add(time.Since(start), started, st.InFlight, backlog)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *recoveryWatch) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.err = err
+}
+
+// add folds one reading into its second.
+func (w *recoveryWatch) add(at time.Duration, started, inFlight, backlog int) {
+	if at < 0 {
+		return
+	}
+	sec := Millis(at.Truncate(time.Second))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.seconds); n == 0 || w.seconds[n-1].At != sec {
+		w.seconds = append(w.seconds, Second{At: sec})
+	}
+	s := &w.seconds[len(w.seconds)-1]
+	s.Started += started
+	s.InFlight = max(s.InFlight, inFlight)
+	s.Backlog = backlog
+}
+
+func (w *recoveryWatch) stop() ([]Second, error) {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seconds, w.err
+}
+
+// measureRecovery works out the Recovery of a drained run from its samples, Postgres and
+// the provider's stats.
+func measureRecovery(ctx context.Context, db *pgx.Conn, sim *simulator, cfg Config, start time.Time, samples []Sample, seconds []Second) (Recovery, error) {
+	end := cfg.OutageStart + cfg.OutageFor
+	r := Recovery{LiveAfter: Millis(cfg.LiveAfter), Seconds: seconds, ProviderLatency: Millis(cfg.ProviderLatency)}
+	var backlog, acked []string
+	for _, s := range samples {
+		if s.Probe != ProbeCheckout {
+			continue
+		}
+		at := time.Duration(s.At)
+		if at >= end+cfg.LiveAfter {
+			r.Live++
+			if s.Outcome == "201" {
+				r.LiveCharged++
+			}
+		}
+		if s.OrderID == "" {
+			continue
+		}
+		acked = append(acked, s.OrderID)
+		if s.Outcome == "202" && at < end {
+			backlog = append(backlog, s.OrderID)
+		}
+	}
+	r.Backlog = len(backlog)
+	faultEnd := start.Add(end)
+	lastPaid := func(ids []string) (Millis, error) {
+		if len(ids) == 0 {
+			return 0, nil
+		}
+		var last *time.Time
+		var unpaid int
+		err := db.QueryRow(ctx, `
+			SELECT max(updated_at) FILTER (WHERE status = 'paid'), count(*) FILTER (WHERE status <> 'paid')
+			FROM orders WHERE id::text = ANY($1)`, ids).Scan(&last, &unpaid)
+		if err != nil {
+			return 0, fmt.Errorf("recovery: %w", err)
+		}
+		if last == nil || unpaid > 0 {
+			return -1, nil
+		}
+		return Millis(last.Sub(faultEnd)), nil
+	}
+	var err error
+	if r.BacklogPaid, err = lastPaid(backlog); err != nil {
+		return Recovery{}, err
+	}
+	if r.LastPaid, err = lastPaid(acked); err != nil {
+		return Recovery{}, err
+	}
+	st, err := sim.stats(ctx)
+	if err != nil {
+		return Recovery{}, err
+	}
+	r.ChargesDuringFault, r.ChargesProcessed, r.ChargesOverCapacity, r.Capacity =
+		st.ChargesDuringFault, st.ChargesProcessed, st.ChargesOverCapacity, st.Capacity
+	if r.Capacity > 0 && cfg.ProviderLatency > 0 {
+		surplus := float64(r.Capacity)/cfg.ProviderLatency.Seconds() - cfg.Rate
+		if surplus > 0 {
+			r.IdealDrain = Millis(time.Duration(float64(r.Backlog) / surplus * float64(time.Second)))
+		}
+	}
+	return r, nil
+}
