@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // scenario runs one scenario, cfg as changed by the flags.
 func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var jsonPath, svgPath string
+	var jsonPath, svgPath, recoverySVGPath string
 	fs := flag.NewFlagSet("experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -111,6 +111,7 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "the healthy provider's latency (PAYMENTSIM_LATENCY), for the ideal drain time; 0: not reported")
 	fs.StringVar(&jsonPath, "json", "", "write the report as JSON to this `file`")
 	fs.StringVar(&svgPath, "svg", "", "write the SVG timeline to this `file`")
+	fs.StringVar(&recoverySVGPath, "recovery-svg", "", "write the recovery figures (backlog, charges begun, provider in flight) as SVG to this `file`, for a run that faults the provider")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -135,6 +136,11 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	}
 	if svgPath != "" {
 		if err := writeFile(svgPath, func(w io.Writer) error { return experiment.WriteSVG(w, report) }); err != nil {
+			return err
+		}
+	}
+	if recoverySVGPath != "" && report.Recovery != nil {
+		if err := writeFile(recoverySVGPath, func(w io.Writer) error { return experiment.WriteRecoverySVG(w, report) }); err != nil {
 			return err
 		}
 	}

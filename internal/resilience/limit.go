@@ -457,8 +457,9 @@ func (l *limiter) adapt(s signal) bool {
 
 // grow applies a healthy call (see adapt): the delay rule's verdict at the
 // end of a round, then the lift over held slots, then one more slot if the
-// load presses — one per healthy call below ssthresh (slow start, by at
-// most half a round), one per round trip above it (congestion avoidance),
+// load presses — one per healthy call below ssthresh (slow start; by at
+// most half a round from roundMin on), one per round trip above it
+// (congestion avoidance),
 // one per four round trips just below where the last queue was measured.
 func (l *limiter) grow() {
 	roundEnded := l.roundEnded
@@ -471,9 +472,10 @@ func (l *limiter) grow() {
 		if r > 1+l.tolerance {
 			// Calls queue at the dependency: the concurrency that ends the
 			// queue is what the round measured, scaled down by how much
-			// too slow the calls were (at most halved). The limit comes
-			// down to it, and grows slowly from there.
-			target := max(l.min, measured/2, min(measured-1, int(float64(measured)*(1+l.tolerance)/r)))
+			// too slow the calls were (at most halved) — past capacity a
+			// provider's latency grows with the calls it holds. The limit
+			// comes down to it, and grows slowly from there.
+			target := max(l.min, measured/2, min(measured-1, int(float64(measured)/r)))
 			l.ssthresh, l.queuedAt = target, measured
 			l.limit = min(l.limit, target)
 			l.delay.restart(time.Now())
@@ -486,6 +488,7 @@ func (l *limiter) grow() {
 		// it has just answered this one in time: it has room for those and
 		// this one, whatever it did with them.
 		l.limit = min(l.max, n+1)
+		l.roundFrom = max(l.roundFrom, l.limit)
 	}
 	if l.limit >= l.max || !(l.starved || l.inFlight+len(l.waiters) >= l.limit) {
 		return
@@ -495,8 +498,12 @@ func (l *limiter) grow() {
 		return // probing near the last queue: one per four round trips
 	case l.limit >= l.ssthresh && l.sinceGrowth < l.limit:
 		return // congestion avoidance: one per round trip
-	case l.tolerance > 0 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
-		return // slow start: grown by half this round, wait for its verdict
+	case l.tolerance > 0 && l.limit >= roundMin && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
+		// Slow start from a round's worth of calls on, where a round is
+		// about a round trip: grown by half this round, wait for its
+		// verdict. Below, a round spans several round trips, and the limit
+		// doubles per round trip as without the delay rule.
+		return
 	}
 	l.limit++
 	l.roundPeak = max(l.roundPeak, l.limit)
