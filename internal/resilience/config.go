@@ -88,8 +88,12 @@ type Config struct {
 	OpenMax time.Duration
 	// AbandonedHold is how long a call the stack gave up on (its attempt
 	// timed out, or its caller left) is assumed to stay with the
-	// dependency: an open breaker lets no probe through until that long
-	// after the latest such call was sent. 0 turns the hold off.
+	// dependency: its slot of the concurrency limit stays taken until that
+	// long after it was sent, so the calls in flight at a dependency that
+	// may still be working on them stay bounded. It does not hold the
+	// breaker open: a probe goes at the open time, over a limit full of
+	// held slots, and a fast answer lifts the limit above them (see
+	// limiter.acquireProbe). 0 turns the hold off.
 	AbandonedHold time.Duration
 	// HalfOpenProbes is how many calls the half-open breaker lets through;
 	// that many successes in a row close it, one failure re-opens it.
@@ -244,13 +248,12 @@ func DefaultConfig() Config {
 		// provider finished: paymentsim keeps each call of the seed outage
 		// for its full 10 s, and a real provider that does not notice its
 		// client leaving does the same for as long as its own request
-		// timeout. Probing sooner adds calls on top of those (in the 20
-		// req/s outage run, with the hold off, the provider held 15 calls
-		// at once over the run: the outage's 7 plus the recovery's traffic
-		// and the worker's drain). 10 s is the seed outage's latency, and
-		// is the setting to change for a real provider: its request
-		// timeout, if it publishes one. Fast failures (5xx, refused
-		// connections) abandon nothing and keep the 1 s open state.
+		// timeout. Holding their slots keeps what this process has at the
+		// provider bounded by its limit while they may still be there; a
+		// probe answered fast shows the provider has room beside them.
+		// 10 s is the seed outage's latency, and is the setting to change
+		// for a real provider: its request timeout, if it publishes one.
+		// Fast failures (5xx, refused connections) abandon nothing.
 		AbandonedHold: 10 * time.Second,
 		// Not in the article, whose outage lasts 3 s. Doubling from 1 s,
 		// a failed probe costs 1.5–2 s of waiting, then 3–4, 6–8, and 7.5–10 s

@@ -29,7 +29,9 @@ const (
 
 // limiter bounds the calls in flight to one dependency. Its limit is either
 // fixed (the static bulkhead, min = max) or adapts between min and max with
-// additive increase, multiplicative decrease (AIMD).
+// additive increase, multiplicative decrease (AIMD), and, where the
+// demand has no bound of its own (the worker's backlog), a delay rule that
+// stops it at the dependency's capacity.
 //
 // # Why AIMD
 //
@@ -78,6 +80,19 @@ const (
 //     keeps its slot for Config.AbandonedHold after it was sent: the
 //     dependency may still be working on it, and the slot is what stands
 //     for it here (releaseAfter).
+//   - When held slots fill the limit, one call at a time goes over it (a
+//     breaker probe at once, any other call once per open duration:
+//     acquireProbe), and a healthy answer lifts the limit to the held
+//     slots plus one: the dependency has just shown it has room beside
+//     the calls it may still hold. Slow start goes on from there.
+//   - The delay rule (Config.LimitDelayTolerance; queueDelay): once per
+//     round of healthy calls, their mean latency against the idle
+//     latency. More than the tolerance slower means calls queue at the
+//     dependency: the limit comes down to the round's concurrency over
+//     the ratio, and from there grows by one per round trip (TCP's
+//     congestion avoidance above ssthresh), by one per four round trips
+//     just below where the queue was seen. Without it, the limit would
+//     grow until calls turned late, far past the dependency's capacity.
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
 // added by an increase, goes to the caller that has waited longest.
@@ -457,8 +472,8 @@ func (l *limiter) adapt(s signal) bool {
 
 // grow applies a healthy call (see adapt): the delay rule's verdict at the
 // end of a round, then the lift over held slots, then one more slot if the
-// load presses — one per healthy call below ssthresh (slow start; by at
-// most half a round from roundMin on), one per round trip above it
+// load presses — one per healthy call below ssthresh (slow start; under
+// the delay rule by at most half a round), one per round trip above it
 // (congestion avoidance),
 // one per four round trips just below where the last queue was measured.
 func (l *limiter) grow() {
@@ -488,7 +503,7 @@ func (l *limiter) grow() {
 		// it has just answered this one in time: it has room for those and
 		// this one, whatever it did with them.
 		l.limit = min(l.max, n+1)
-		l.roundFrom = max(l.roundFrom, l.limit)
+		l.roundFrom = l.limit
 	}
 	if l.limit >= l.max || !(l.starved || l.inFlight+len(l.waiters) >= l.limit) {
 		return
@@ -498,11 +513,11 @@ func (l *limiter) grow() {
 		return // probing near the last queue: one per four round trips
 	case l.limit >= l.ssthresh && l.sinceGrowth < l.limit:
 		return // congestion avoidance: one per round trip
-	case l.tolerance > 0 && l.limit >= roundMin && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
-		// Slow start from a round's worth of calls on, where a round is
-		// about a round trip: grown by half this round, wait for its
-		// verdict. Below, a round spans several round trips, and the limit
-		// doubles per round trip as without the delay rule.
+	case l.tolerance > 0 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
+		// Slow start under the delay rule: grown by half this round, wait
+		// for its verdict. A demand without bound (a backlog) would
+		// otherwise double the limit faster than rounds can judge it, and
+		// pile on a provider still busy with the calls of the outage.
 		return
 	}
 	l.limit++

@@ -74,8 +74,8 @@ type inflight struct {
 	// active; started those that began processing, and over those that
 	// began it above the provider's capacity (see scaledLatency).
 	duringFault, started, over int
-	idleCh   chan struct{} // closed while n == 0
-	metrics  *metrics
+	idleCh                     chan struct{} // closed while n == 0
+	metrics                    *metrics
 }
 
 func newInflight(m *metrics) *inflight {
