@@ -486,6 +486,9 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 			}
 			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, HoldFor: *r.LeaseLeft + grace, Probes: probes})
 			c.applied = r.Generation
+			if probes > 0 {
+				c.demand, c.yielded = c.policy.Demand(), false
+			}
 		}
 		c.arm(*r.LeaseLeft)
 	default:
@@ -504,11 +507,15 @@ func (c *Coordinator) arm(d time.Duration) { c.timer.Reset(max(d, 0)) }
 // deadline runs when the last imposed state reaches a deadline: try the
 // probe lease if the open state is over, then read the row again.
 func (c *Coordinator) deadline(ctx context.Context) error {
-	if c.last.State == stateOpen && c.last.Holder == nil && !c.yielded && c.policy.Demand() == c.demand {
-		// No call has come since the open state began: as the holder this
-		// process would probe nothing and the fleet would wait out the
-		// lease. Let processes with traffic ask first; ask in a quarter of
-		// the lease if none has (still within the hold imposed above).
+	mine := c.last.Holder != nil && *c.last.Holder == c.opts.Identity
+	if c.last.State == stateOpen && (c.last.Holder == nil || mine) && !c.yielded && c.policy.Demand() == c.demand {
+		// No call has come since the open state began, or since this
+		// process took the lease it now lets run out: as the holder it
+		// would probe nothing and the fleet would wait out the lease —
+		// again and again, if it renewed it the moment it ran out (its
+		// own traffic may have stopped just after it took it). Let
+		// processes with traffic ask first; ask in a quarter of the lease
+		// if none has (still within the hold imposed above).
 		c.yielded = true
 		c.arm(c.opts.Lease / 4)
 		return nil

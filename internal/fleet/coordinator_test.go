@@ -503,6 +503,41 @@ func TestTheProcessWithTrafficProbes(t *testing.T) {
 	}
 }
 
+// TestAHolderWhoseTrafficStoppedLetsTheLeaseGo: the process that took the
+// probe lease may have no call left to probe with (its load stopped just
+// after); it does not renew the lease as it runs out, so a process with
+// traffic probes within about one lease instead of waiting until it wins
+// a race for it.
+func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	first := start(t, dbURL, "checkout-first", testConfig())
+	other := start(t, dbURL, "worker-other", testConfig())
+	trip(t, first, prov)
+	other.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
+	prov.set("ok")
+	// first keeps calling until it holds the lease, then stops.
+	deadline := time.After(5 * time.Second)
+	for first.log.count("circuit breaker state imposed", "state=probing") == 0 {
+		select {
+		case <-deadline:
+			t.Fatal("checkout-first did not take the probe lease within 5 s")
+		case <-time.After(10 * time.Millisecond):
+			_ = first.do(prov)
+		}
+	}
+	took := time.Now()
+	for other.log.count("circuit breaker state released") == 0 {
+		_ = other.do(prov)
+		if time.Since(took) > 3*time.Second {
+			t.Fatalf("worker-other still refused %v after checkout-first took a lease it never used (lease 1 s)", time.Since(took))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("worker-other probed %v after checkout-first took the lease", time.Since(took))
+}
+
 // TestALateCallShrinksTheOtherLimits: the fleet's processes send their first
 // calls into a provider that has just hung at the same time; the first late
 // call anywhere halves every process's limit, not only its own.

@@ -473,7 +473,8 @@ func (l *limiter) adapt(s signal) bool {
 // grow applies a healthy call (see adapt): the delay rule's verdict at the
 // end of a round, then the lift over held slots, then one more slot if the
 // load presses — one per healthy call below ssthresh (slow start; under
-// the delay rule by at most half a round), one per round trip above it
+// the delay rule by at most half a round from roundMin/2 on), one per
+// round trip above it
 // (congestion avoidance),
 // one per four round trips just below where the last queue was measured.
 func (l *limiter) grow() {
@@ -513,11 +514,13 @@ func (l *limiter) grow() {
 		return // probing near the last queue: one per four round trips
 	case l.limit >= l.ssthresh && l.sinceGrowth < l.limit:
 		return // congestion avoidance: one per round trip
-	case l.tolerance > 0 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
-		// Slow start under the delay rule: grown by half this round, wait
-		// for its verdict. A demand without bound (a backlog) would
-		// otherwise double the limit faster than rounds can judge it, and
-		// pile on a provider still busy with the calls of the outage.
+	case l.tolerance > 0 && l.limit >= roundMin/2 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
+		// Slow start under the delay rule, from half a round's worth of
+		// calls on: grown by half this round, wait for its verdict. A
+		// demand without bound (a backlog) would otherwise double the
+		// limit faster than rounds can judge it, and pile on a provider
+		// still busy with the calls of the outage. Below, it doubles per
+		// round trip, as without the rule: too few calls to queue.
 		return
 	}
 	l.limit++
