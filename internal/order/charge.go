@@ -54,6 +54,10 @@ var (
 	// reaching the provider (breaker open, concurrency limit full); it is
 	// worth trying again once RetryAfter has passed.
 	ErrRefused = errors.New("provider call refused by its circuit breaker or limit")
+	// ErrInProgress: the provider is still processing an earlier attempt
+	// for the order (under the same key); the outcome is unknown until it
+	// is done, and the next attempt after that replays it.
+	ErrInProgress = errors.New("an earlier charge attempt is still in progress at the provider")
 )
 
 // Settlement is a transition of an unsettled order to a new status.

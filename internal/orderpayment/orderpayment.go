@@ -64,6 +64,8 @@ func kind(err error) error {
 		return fmt.Errorf("%w: %w", order.ErrRejected, err)
 	case payment.IsRefused(err):
 		return fmt.Errorf("%w: %w", order.ErrRefused, err)
+	case payment.IsInProgress(err):
+		return fmt.Errorf("%w: %w", order.ErrInProgress, err)
 	}
 	return err
 }

@@ -85,13 +85,19 @@ func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
 // when the worker's recovery drain meets orders whose hung calls the
 // provider still holds.
 func Classify(err error) resilience.Class {
-	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) {
-		return resilience.Final
-	}
-	if e, ok := errors.AsType[*Error](err); ok && !e.lookup && e.StatusCode == http.StatusConflict {
+	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) || IsInProgress(err) {
 		return resilience.Final
 	}
 	return resilience.Transient
+}
+
+// IsInProgress reports whether the provider answered a charge attempt 409:
+// an earlier attempt under the same idempotency key is still being
+// processed. It is transient — the next attempt replays that one's answer
+// once it is done — but says nothing against the provider's health.
+func IsInProgress(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && !e.lookup && e.StatusCode == http.StatusConflict
 }
 
 // IsRefused reports whether the protection stack turned the call away

@@ -29,6 +29,8 @@ import (
 //   - breaker open or limit full: the job snoozes until the breaker will
 //     let a probe through. Snoozing does not use an attempt, so an outage of
 //     any length never exhausts a job.
+//   - an earlier attempt still in progress at the provider (409): the job
+//     snoozes a second, and the next attempt replays that one's answer.
 //   - transient failure: the error goes back to River, which retries on
 //     NextRetry's schedule.
 //   - after GiveUpAfter attempts, or once the order is too old to charge
@@ -114,6 +116,10 @@ func (w *ChargeWorker) NextRetry(job *river.Job[order.ChargeArgs]) time.Time {
 
 // retryCeiling is the longest wait between retries.
 const retryCeiling = 10 * time.Minute
+
+// inProgressPace is how soon a charge the provider reported in progress
+// (409) is tried again.
+const inProgressPace = time.Second
 
 // unresolvedPace is how often an order past giving up asks the provider's
 // lookup again while the lookup fails. A lookup is a read that charges
@@ -205,6 +211,14 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 		return w.settle(ctx, job, o, to, outcome, order.Settle)
 	case errors.Is(err, order.ErrRefused):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
+	case errors.Is(err, order.ErrInProgress):
+		// An earlier attempt — the API's, given up on during an outage —
+		// is still at the provider. Its answer is what this order waits
+		// for, and the provider replays it as soon as it is done: ask again
+		// in a second, not on the backoff schedule, which would be 8 s and
+		// more by the time a 10 s hang is over. No attempt is used; the
+		// charge window (order.MayCharge) still bounds how long.
+		return w.snooze(ctx, o, inProgressPace)
 	}
 	return fmt.Errorf("charge order %s, attempt %d: %w", o.ID, job.Attempt, err)
 }

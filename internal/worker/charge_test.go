@@ -576,3 +576,40 @@ func TestShutdownCancelledChargeIsAvailableAgainWithoutAnAttempt(t *testing.T) {
 		t.Errorf("interrupted runs = %v, want 1", got)
 	}
 }
+
+// inProgressFirst answers the first n charges as the provider does while an
+// earlier attempt under the same key is still being processed (409), then
+// charges for real.
+type inProgressFirst struct {
+	order.Payer
+	n     int32
+	calls atomic.Int32
+}
+
+func (p *inProgressFirst) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {
+	if p.calls.Add(1) <= p.n {
+		return order.Receipt{}, fmt.Errorf("%w: status 409", order.ErrInProgress)
+	}
+	return p.Payer.Charge(ctx, req)
+}
+
+// TestWorkerWaitsForAnAttemptStillInProgress: an order whose API attempt is
+// still held by the provider (a hang it gave up on) is asked about again
+// within a second or so, not on the retry schedule, and the waiting uses
+// no attempt.
+func TestWorkerWaitsForAnAttemptStillInProgress(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_visa", nil)
+	payer := &inProgressFirst{Payer: b.payer, n: 3}
+	b.start(t, payer)
+	if o := b.waitFor(t, id, 20*time.Second); o.Status != order.StatusPaid {
+		t.Fatalf("order = %s, want paid", o.Status)
+	}
+	if got := payer.calls.Load(); got != 4 {
+		t.Errorf("charge calls = %d, want 4 (three answered in progress, then the charge)", got)
+	}
+	if _, attempt := b.job(t, id); attempt != 1 {
+		t.Errorf("job attempt = %d, want 1: waiting for an attempt in progress must not use attempts", attempt)
+	}
+}
