@@ -314,3 +314,38 @@ func TestAClosedBreakerSendsOneCallOverHeldSlotsPerOpenDuration(t *testing.T) {
 		}
 	})
 }
+
+// A provider that has just answered in time is busy, not failing: when a
+// slow call then shrinks the limit back under the held slots, the
+// refusals that follow do not reopen the breaker.
+func TestRefusalsRightAfterAHealthyAnswerDoNotReopen(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := hungAndOpen(t)
+		advance(time.Second + time.Nanosecond)
+		for i := range 3 {
+			if _, err := b.do(ok); err != nil {
+				t.Fatalf("probe %d: %v", i, err)
+			}
+		}
+		if _, err := b.do(slowOK); err != nil { // halves the limit under the eight held slots
+			t.Fatalf("slow call: %v", err)
+		}
+		if limit, _ := b.p.limit.current(); limit >= 8 {
+			t.Fatalf("limit %d after a slow call, want it under the 8 held slots", limit)
+		}
+		for range 10 {
+			if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+				t.Fatalf("err = %v, want ErrBulkheadFull", err)
+			}
+		}
+		if got := b.p.State(); got != StateClosed {
+			t.Errorf("state = %v after refusals right after healthy answers, want closed", got)
+		}
+		// A second on, one call goes over the limit, and its answer lifts it.
+		advance(time.Second)
+		if _, err := b.do(ok); err != nil {
+			t.Errorf("a second later: %v, want a call over the held slots", err)
+		}
+	})
+}

@@ -127,6 +127,7 @@ type limiter struct {
 	// waits after either (Config.OpenDuration).
 	probing    bool
 	probedAt   time.Time
+	healthyAt  time.Time // when a call last came back healthy
 	fullSince  time.Time
 	probeEvery time.Duration
 
@@ -376,6 +377,20 @@ func (l *limiter) heldFor() time.Duration {
 	return max(time.Until(l.held[len(l.held)-l.limit]), 0)
 }
 
+// heldRefuses reports whether a refusal now is the dependency's doing:
+// every slot is kept for a call it never answered, and it has answered no
+// call in time for probeEvery. A dependency that has just answered is
+// busy, not failing: its held calls are why the limit is full, and a
+// refusal then must not open the breaker (see attempt).
+func (l *limiter) heldRefuses() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.held) < l.limit {
+		return false
+	}
+	return l.healthyAt.IsZero() || time.Since(l.healthyAt) >= l.probeEvery
+}
+
 // lateAfter is how long a call may be in flight before it is late: a
 // congestion signal for the limit, sent before the breaker's slow
 // threshold (slow) is reached. It is lateFactor times the calls' moving
@@ -459,6 +474,7 @@ func (l *limiter) adapt(s signal) bool {
 	old := l.limit
 	switch s {
 	case healthy:
+		l.healthyAt = time.Now()
 		l.grow()
 	case congested:
 		l.limit = max(l.min, int(float64(l.limit)*l.backoff))

@@ -234,7 +234,8 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		// nothing about the dependency: excluded, and not retried, since
 		// another attempt would only add to the load that filled it —
 		// unless every slot is kept for a call the dependency never
-		// answered (heldFor): then the dependency is what refuses, and the
+		// answered, and it has answered nothing in time since
+		// (heldRefuses): then the dependency is what refuses, and the
 		// breaker counts it as a failure, so that it opens (and tells the
 		// fleet) although the limit leaves it too few calls to judge.
 		// A probe refused while another probe holds the slot over the
@@ -243,7 +244,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		switch {
 		case !errors.Is(err, ErrBulkheadFull):
 			counter = p.breaker.calls.excluded
-		case !c.isProbe && p.limit.heldFor() > 0:
+		case !c.isProbe && p.limit.heldRefuses():
 			report = errReportFailure
 		}
 		c.finish(report, counter)
