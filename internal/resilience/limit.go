@@ -522,7 +522,7 @@ func (l *limiter) grow() {
 		l.limit = min(l.max, n+1)
 		l.roundFrom = l.limit
 	}
-	if l.limit >= l.max || !(l.starved || l.inFlight+len(l.waiters) >= l.limit) {
+	if l.limit >= l.max || (!l.starved && l.inFlight+len(l.waiters) < l.limit) {
 		return
 	}
 	switch {

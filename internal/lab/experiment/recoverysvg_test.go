@@ -3,6 +3,7 @@ package experiment
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func TestRecoverySVGIsWellFormedAndDrawsTheCapacity(t *testing.T) {
 	polylines := 0
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
