@@ -125,11 +125,14 @@ type limiter struct {
 	// since when the limit has been full of held slots (zero when it is
 	// not); probeEvery is how long a call that is not a breaker's probe
 	// waits after either (Config.OpenDuration).
-	probing    bool
-	probedAt   time.Time
-	healthyAt  time.Time // when a call last came back healthy
-	fullSince  time.Time
-	probeEvery time.Duration
+	probing  bool
+	probedAt time.Time
+	// healthyAt is when a call last came back healthy, abandonedAt when
+	// one was last given up on (releaseAfter).
+	healthyAt   time.Time
+	abandonedAt time.Time
+	fullSince   time.Time
+	probeEvery  time.Duration
 
 	// The delay rule (tolerance > 0; see queueDelay). ssthresh is where
 	// growth turns from one per healthy call (slow start) to one per round
@@ -348,6 +351,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	}
 	until := time.Now().Add(d)
 	l.mu.Lock()
+	l.abandonedAt = time.Now()
 	if l.adapt(s) {
 		l.limitGauge.Set(float64(l.limit))
 	}
@@ -378,17 +382,18 @@ func (l *limiter) heldFor() time.Duration {
 }
 
 // heldRefuses reports whether a refusal now is the dependency's doing:
-// every slot is kept for a call it never answered, and it has answered no
-// call in time for probeEvery. A dependency that has just answered is
-// busy, not failing: its held calls are why the limit is full, and a
-// refusal then must not open the breaker (see attempt).
+// every slot is kept for a call it never answered, and the last call to
+// end was such a call rather than one answered in time. A dependency
+// whose calls come back in time again is busy, not failing: the calls it
+// held earlier are why the limit is full, and a refusal then must not
+// open the breaker (see attempt).
 func (l *limiter) heldRefuses() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.held) < l.limit {
 		return false
 	}
-	return l.healthyAt.IsZero() || time.Since(l.healthyAt) >= l.probeEvery
+	return !l.abandonedAt.Before(l.healthyAt)
 }
 
 // lateAfter is how long a call may be in flight before it is late: a
