@@ -32,8 +32,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		return fmt.Errorf("migrate: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockID); err != nil {
-		return fmt.Errorf("migrate: take advisory lock: %w", err)
+	if err := lockForMigration(ctx, conn); err != nil {
+		return err
 	}
 	defer func() {
 		// Unlock on a fresh context: ctx may be done, and a session lock left
@@ -45,6 +45,31 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		return err
 	}
 	return migrateRiver(ctx, pool, logger)
+}
+
+// lockForMigration takes the migration lock on conn, waiting as long as ctx
+// allows while another process migrates. It asks with pg_try_advisory_lock
+// rather than waiting inside pg_advisory_lock: a wait inside a statement is
+// cancelled by the server's statement_timeout (DB_STATEMENT_TIMEOUT), so
+// replicas starting together — a Deployment's pods, each migrating in an
+// init container — would fail while the first one migrates, and restart.
+func lockForMigration(ctx context.Context, conn *pgxpool.Conn) error {
+	backoff := 50 * time.Millisecond
+	for {
+		var locked bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", migrateLockID).Scan(&locked); err != nil {
+			return fmt.Errorf("migrate: take advisory lock: %w", err)
+		}
+		if locked {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate: wait for another migration: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // Backoff between connection attempts of AwaitConnection: doubling from

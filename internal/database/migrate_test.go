@@ -60,6 +60,39 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	}
 }
 
+// A migration that waits for another one is not cut short by the server's
+// statement timeout: replicas started together each run migrate, and the
+// first may take longer than DB_STATEMENT_TIMEOUT.
+func TestMigrateWaitsForAnotherOneLongerThanTheStatementTimeout(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(0x636b6f7574)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "200"
+	waiting, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Close()
+	done := make(chan error, 1)
+	go func() { done <- database.Migrate(ctx, waiting, slog.New(slog.DiscardHandler)) }()
+	time.Sleep(time.Second) // the other migration holds the lock for 5 × the statement timeout
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(0x636b6f7574)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Migrate after waiting for the lock: %v", err)
+	}
+}
+
 func TestMigrateFreshDatabase(t *testing.T) {
 	t.Parallel()
 	// A database created without the template: Migrate must build everything.
