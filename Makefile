@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment experiment-catalog bench compose-smoke chaos
+.PHONY: test build migrate run up lint experiment experiment-catalog bench compose-smoke k8s-smoke chaos
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -51,6 +51,10 @@ up:
 ## compose-smoke: the README walkthrough and fault drills against `docker compose up` (needs a Docker engine; not in `make test`)
 compose-smoke:
 	scripts/compose-smoke
+
+## k8s-smoke: the demo overlay on the cluster KUBECONFIG names (default: deploy/cluster/local-cluster's): build and load the images, apply, the walkthrough's first steps, a checkout rollout restart under load (POSTGRES_UID/POSTGRES_GID for a stand-in postgres image; not in `make test`)
+k8s-smoke:
+	scripts/k8s-smoke
 
 ## lint: formatting, go vet and golangci-lint (configured in .golangci.yml, built from the tool module in tools/)
 lint:
