@@ -291,9 +291,6 @@ func (b *breaker) allow() (*call, error) {
 	if until := b.openUntil.Load(); until != 0 && probe == nil && b.now() < time.Duration(until) {
 		return nil, b.rejected(ErrOpen)
 	}
-	// Half-open now means the call is a probe if gobreaker admits it (its
-	// MaxRequests bounds how many).
-	halfOpen := probe == nil && b.cb.State() == gobreaker.StateHalfOpen
 	done, err := b.cb.Allow()
 	if err != nil {
 		if probe != nil {
@@ -306,7 +303,6 @@ func (b *breaker) allow() (*call, error) {
 	}
 	c := b.pool.Get().(*call)
 	c.probe = probe
-	c.isProbe = probe != nil || halfOpen
 	c.done = done
 	c.armed = false
 	// The store publishes done to the timer goroutine, whose CAS reads it.
@@ -334,16 +330,21 @@ type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
 	probe *gate       // non-nil: a probe for the fleet, whose verdict it reports
-	// isProbe: a probe of this breaker's half-open state or of the fleet's;
-	// it may take the slot over a limit full of held calls
-	// (limiter.acquireProbe).
-	isProbe bool
 	// timer fires onTimer: at lateAfter, then again at the slow threshold
 	// if that is later.
 	timer     *time.Timer
 	lateAfter time.Duration
 	armed     bool
 	state     atomic.Uint32
+}
+
+// isProbe reports whether c is a probe — of the fleet's state, or of this
+// breaker's half-open one (gobreaker's MaxRequests bounds how many it
+// admits) — which may take the slot over a limit full of held calls
+// (limiter.acquireProbe). Asked only when the limit is full of them, so
+// the per-call path does not take gobreaker's lock a second time.
+func (c *call) isProbe() bool {
+	return c.probe != nil || c.b.cb.State() == gobreaker.StateHalfOpen
 }
 
 const (

@@ -76,7 +76,9 @@ func backlog(p *Policy, pr *sharedProvider, n int) (stop func() int) {
 					paid++
 					mu.Unlock()
 				} else {
-					time.Sleep(10 * time.Millisecond) // a refused job waits a little, as a snooze does
+					// A refused job waits a little, as a snooze does: on
+					// the synctest bubble's clock, which the test advances.
+					<-time.After(10 * time.Millisecond)
 				}
 			}
 		})

@@ -197,9 +197,7 @@ func newLimiter(adaptive bool, initial, minLimit, maxLimit int, backoff float64,
 // caller gives up first; neither says anything about the dependency.
 func (l *limiter) acquire(ctx context.Context) error {
 	l.mu.Lock()
-	if l.inFlight < l.limit && len(l.waiters) == 0 {
-		l.inFlight++
-		l.inUse.Set(float64(l.inFlight))
+	if l.takeFree() {
 		l.mu.Unlock()
 		return nil
 	}
@@ -247,17 +245,29 @@ func (l *limiter) acquire(ctx context.Context) error {
 
 // acquireProbe is acquire, except when every slot is kept for an abandoned
 // call (see heldFor): then one call at a time takes a slot over the limit
-// instead of waiting for a hold to end — a breaker's probe (probe) at
-// once, any other call only once the limit has been full of held slots
+// instead of waiting for a hold to end — a breaker's probe (probe reports
+// whether the call is one) at once, any other call only once the limit has been full of held slots
 // for probeEvery and as long since the last such call. Those calls are the
 // dependency's business only if it still holds them, and its answer to
 // this one is what tells: a fast answer lifts the limit above the held
 // slots (grow), a hung one is held in turn. over reports whether the
 // call's slot is over the limit; the caller then calls endProbe when the
 // call returns.
-func (l *limiter) acquireProbe(ctx context.Context, probe bool) (over bool, err error) {
+func (l *limiter) acquireProbe(ctx context.Context, probe func() bool) (over bool, err error) {
 	l.mu.Lock()
-	if wait := l.probeWait(time.Now()); wait == 0 || (probe && wait > 0) {
+	if l.takeFree() {
+		l.mu.Unlock()
+		return false, nil // the common case: one lock, as acquire alone
+	}
+	wait := l.probeWait(time.Now())
+	l.mu.Unlock()
+	if wait < 0 {
+		return false, l.acquire(ctx)
+	}
+	// probe takes the breaker's lock: never under l.mu.
+	isProbe := probe()
+	l.mu.Lock()
+	if wait = l.probeWait(time.Now()); wait == 0 || (wait > 0 && isProbe) {
 		l.probing = true
 		l.probedAt = time.Now()
 		l.inFlight++
@@ -305,6 +315,18 @@ func (l *limiter) endProbe() {
 	l.mu.Lock()
 	l.probing = false
 	l.mu.Unlock()
+}
+
+// takeFree takes a slot if one is free and nobody waits for it; the limit
+// is then not full of held slots either. Call it with l.mu held.
+func (l *limiter) takeFree() bool {
+	if l.inFlight >= l.limit || len(l.waiters) > 0 {
+		return false
+	}
+	l.fullSince = time.Time{}
+	l.inFlight++
+	l.inUse.Set(float64(l.inFlight))
+	return true
 }
 
 func (l *limiter) reject() error {

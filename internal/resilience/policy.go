@@ -244,7 +244,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		switch {
 		case !errors.Is(err, ErrBulkheadFull):
 			counter = p.breaker.calls.excluded
-		case !c.isProbe && p.limit.heldRefuses():
+		case p.limit.heldRefuses() && !c.isProbe():
 			report = errReportFailure
 		}
 		c.finish(report, counter)
