@@ -52,7 +52,7 @@ up:
 compose-smoke:
 	scripts/compose-smoke
 
-## k8s-smoke: the demo overlay on the cluster KUBECONFIG names (default: deploy/cluster/local-cluster's): build and load the images, apply, the walkthrough's first steps, a checkout rollout restart under load (POSTGRES_UID/POSTGRES_GID for a stand-in postgres image; not in `make test`)
+## k8s-smoke: the demo overlay on the cluster KUBECONFIG names (default: deploy/cluster/local-cluster's): build and load the images, apply, the walkthrough's first steps, then under load a provider outage, a checkout rollout restart, killed pods, a node drain and the NetworkPolicies (POSTGRES_UID/POSTGRES_GID for a stand-in postgres image; not in `make test`)
 k8s-smoke:
 	scripts/k8s-smoke
 
