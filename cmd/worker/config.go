@@ -57,7 +57,7 @@ func workerResilienceDefaults() resilience.Config {
 	// while checkout's live calls, which have none, take what they need
 	// and the worker's limit comes down to leave it (docs/design.md,
 	// "After an outage").
-	d.LimitDelayTolerance = 0.1
+	d.LimitDelayTolerance = 0.05
 	// A charge job that finds the limit full waits for a slot in its FIFO
 	// rather than snoozing at once: River runs up to WORKER_CONCURRENCY
 	// jobs, the limit decides how many of them call the provider, and the

@@ -11,29 +11,47 @@ import "time"
 //
 // As in Vegas, it judges once per round: a round is as many successful
 // calls as the limit (at least roundMin), about one round trip's worth,
-// and its mean latency is the latency now. A provider's own jitter (±20 %
-// at paymentsim's 100 ms ± 20 ms) averages out to about ±3 % over the
-// 16 calls of a limit at its capacity, and a round's mean, unlike a moving average, does not lag behind
-// a limit that just moved. The idle latency is the lowest round mean of
-// the last 30 s (two 15 s buckets, the windowed minimum of TCP BBR's
-// min_rtt), so a provider that became slower for good is taken as it is
-// within 30 s instead of looking congested for ever.
+// and its mean latency is the latency now. One call past a capacity of 16
+// makes calls 6 % slower, while a provider's own jitter (±20 % at
+// paymentsim's 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
+//
+// The idle latency is the mean of the rounds that showed no queue (a
+// moving average, 1/8 per round), not their lowest: the lowest of a few
+// hundred noisy rounds sits three deviations below their mean, and would
+// make a provider at its capacity look queued. When no round has looked
+// idle for delayBucket, the idle latency becomes the lowest round mean of
+// the last two buckets (the windowed minimum of TCP BBR's min_rtt), so a
+// provider that became slower for good is taken as it is within 30 s
+// instead of looking congested for ever.
 //
 // It has no lock of its own: the limiter calls it under its mutex.
 type queueDelay struct {
-	since time.Time     // when this round began
-	sum   time.Duration // this round's latencies so far
-	calls int
-	// mean is the last round's mean latency, 0 before the first round.
-	mean         time.Duration
+	tolerance float64
+	since     time.Time     // when this round began
+	sum       time.Duration // this round's latencies so far
+	calls     int
+	// mean is the last round's mean latency, idle the idle latency; both
+	// 0 before the first round. idleAt is when a round last looked idle.
+	mean, idle   time.Duration
+	idleAt       time.Time
 	lowNow       time.Duration // lowest round mean in the current bucket
 	lowBefore    time.Duration // lowest round mean in the bucket before, 0 if none
 	bucketEndsAt time.Time
 }
 
 const (
-	roundMin    = 16
-	delayBucket = 15 * time.Second
+	roundMin = 32
+	// slowStartFrom is the limit from which slow start under the delay
+	// rule waits for a round's verdict after each half: fewer calls than
+	// half a capacity-16 provider's are too few to queue.
+	slowStartFrom = 8
+	delayBucket   = 15 * time.Second
+	// Once a queue was seen, the limit steps past the level it came
+	// down to once per minProbeRounds round trips, and each step that
+	// meets the queue again doubles the wait, up to maxProbeRounds: a
+	// step past capacity is a round of calls above it.
+	minProbeRounds = 8
+	maxProbeRounds = 64
 )
 
 // add feeds the latency of one successful call sent at sent, at now, with
@@ -57,6 +75,18 @@ func (q *queueDelay) add(now, sent time.Time, size int) bool {
 		q.bucketEndsAt = now.Add(delayBucket)
 	}
 	q.lowNow = min(q.lowNow, q.mean)
+	switch {
+	case q.idle == 0:
+		q.idle, q.idleAt = q.mean, now
+	case q.ratio() <= 1+q.tolerance/2:
+		q.idle += (q.mean - q.idle) / 8
+		q.idleAt = now
+	case now.Sub(q.idleAt) > delayBucket:
+		q.idle, q.idleAt = q.lowNow, now
+		if q.lowBefore > 0 {
+			q.idle = min(q.idle, q.lowBefore)
+		}
+	}
 	return true
 }
 
@@ -69,12 +99,8 @@ func (q *queueDelay) restart(now time.Time) { q.sum, q.calls, q.since = 0, 0, no
 // queue, 1.25 when calls took a quarter longer than they did idle; 1
 // before the first round.
 func (q *queueDelay) ratio() float64 {
-	base := q.lowNow
-	if q.lowBefore > 0 {
-		base = min(base, q.lowBefore)
-	}
-	if base <= 0 {
+	if q.idle <= 0 {
 		return 1
 	}
-	return float64(q.mean) / float64(base)
+	return float64(q.mean) / float64(q.idle)
 }

@@ -95,10 +95,11 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 	for _, tt := range []struct {
 		tolerance     float64
 		maxLimit      int
+		maxOverShare  float64 // of the calls, started with more than 16 in flight
 		minThroughput float64 // calls/s, of the 160/s 16 × 100 ms allow
 	}{
-		{0.1, 24, 130},
-		{0, 40, 0}, // without it: the limit climbs past capacity (checked below)
+		{0.05, 18, 0.08, 145},
+		{0, 40, 1, 0}, // without it: the limit climbs past capacity (checked below)
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, func(c *Config) {
@@ -127,6 +128,10 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 			}
 			if highest > tt.maxLimit {
 				t.Errorf("limit reached %d, want at most %d (capacity 16)", highest, tt.maxLimit)
+			}
+			if share > tt.maxOverShare {
+				t.Errorf("%.0f %% of calls started above capacity, want at most %.0f %%: the limit must find the capacity without living past it",
+					100*share, 100*tt.maxOverShare)
 			}
 			if got := float64(paid) / 12; got < tt.minThroughput {
 				t.Errorf("%.0f calls/s, want at least %.0f: the limit must use the capacity, not only spare it", got, tt.minThroughput)

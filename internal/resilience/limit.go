@@ -147,11 +147,11 @@ type limiter struct {
 	tolerance   float64
 	delay       queueDelay
 	ssthresh    int
-	queuedAt    int
 	roundEnded  bool
 	roundFrom   int
-	roundPeak   int
 	sinceGrowth int
+	sinceRound  int
+	probeRounds int
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -186,7 +186,7 @@ func newAdaptiveLimiter(initial, minLimit, maxLimit int, backoff float64, wait t
 func newLimiter(adaptive bool, initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
 	l := &limiter{
 		adaptive: adaptive, min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
-		limit: initial, ssthresh: maxLimit, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
+		limit: initial, ssthresh: maxLimit, probeRounds: minProbeRounds, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
 	}
 	l.limitGauge.Set(float64(initial))
 	return l
@@ -513,35 +513,15 @@ func (l *limiter) adapt(s signal) bool {
 	return l.limit != old
 }
 
-// grow applies a healthy call (see adapt): the delay rule's verdict at the
-// end of a round, then the lift over held slots, then one more slot if the
-// load presses — one per healthy call below ssthresh (slow start; under
-// the delay rule by at most half a round from roundMin/2 on), one per
-// round trip above it
-// (congestion avoidance),
-// one per four round trips just below where the last queue was measured.
+// grow applies a healthy call (see adapt): the lift over held slots, then
+// one more slot if the load presses — one per healthy call below ssthresh
+// (slow start), one per round trip above it (congestion avoidance). Under
+// the delay rule growth from slowStartFrom on is the round's instead
+// (growRound).
 func (l *limiter) grow() {
 	roundEnded := l.roundEnded
 	l.roundEnded = false
 	l.sinceGrowth++
-	if l.tolerance > 0 && roundEnded {
-		r := l.delay.ratio()
-		measured := max(l.roundPeak, l.limit)
-		l.roundFrom, l.roundPeak = l.limit, l.limit
-		if r > 1+l.tolerance {
-			// Calls queue at the dependency: the concurrency that ends the
-			// queue is what the round measured, scaled down by how much
-			// too slow the calls were (at most halved) — past capacity a
-			// provider's latency grows with the calls it holds. The limit
-			// comes down to it, and grows slowly from there.
-			target := max(l.min, measured/2, min(measured-1, int(float64(measured)/r)))
-			l.ssthresh, l.queuedAt = target, measured
-			l.limit = min(l.limit, target)
-			l.delay.restart(time.Now())
-			l.roundFrom, l.roundPeak, l.sinceGrowth = l.limit, l.limit, 0
-			return
-		}
-	}
 	if n := len(l.held); n >= l.limit {
 		// Every slot is kept for a call the dependency never answered, and
 		// it has just answered this one in time: it has room for those and
@@ -549,25 +529,72 @@ func (l *limiter) grow() {
 		l.limit = min(l.max, n+1)
 		l.roundFrom = l.limit
 	}
-	if l.limit >= l.max || (!l.starved && l.inFlight+len(l.waiters) < l.limit) {
+	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
+	if l.tolerance > 0 && l.limit >= slowStartFrom {
+		if roundEnded {
+			l.growRound(pressed)
+		}
+		return
+	}
+	if l.limit >= l.max || !pressed {
+		return
+	}
+	if l.limit >= l.ssthresh && l.sinceGrowth < l.limit {
+		return // congestion avoidance: one per round trip
+	}
+	l.step(l.limit + 1)
+}
+
+// growRound is the delay rule's verdict on the round that just ended. A
+// queue brings the limit down to the round's concurrency over the ratio
+// (at most halved): past capacity a provider's latency grows with the
+// calls it holds. Without one, and with the load pressing, the limit grows
+// for the next round to judge: by half until the first queue (slow start,
+// all at once, so the round measures the new level and not the way up to
+// it), then by one each probeRounds rounds — each step past capacity is a
+// round of calls above it, so a step that meets the queue again doubles
+// the wait for the next.
+func (l *limiter) growRound(pressed bool) {
+	r := l.delay.ratio()
+	measured := l.limit
+	l.sinceRound++
+	if r > 1+l.tolerance {
+		target := max(l.min, measured/2, min(measured-1, int(float64(measured)/r+0.5)))
+		if l.ssthresh < l.max && measured <= l.ssthresh+1 {
+			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
+		} else {
+			l.probeRounds = minProbeRounds
+		}
+		l.ssthresh = target
+		l.limit = min(l.limit, target)
+		l.delay.restart(time.Now())
+		l.roundFrom, l.sinceRound = l.limit, 0
+		return
+	}
+	if l.limit > l.ssthresh && l.limit < l.max {
+		// A step past the last queue's level met none: the level holds.
+		l.ssthresh = l.limit
+		l.probeRounds = max(minProbeRounds, l.probeRounds/2)
+	}
+	if !pressed || l.limit >= l.max {
 		return
 	}
 	switch {
-	case l.limit >= l.ssthresh && l.limit >= l.queuedAt-1 && l.sinceGrowth < 4*l.limit:
-		return // probing near the last queue: one per four round trips
-	case l.limit >= l.ssthresh && l.sinceGrowth < l.limit:
-		return // congestion avoidance: one per round trip
-	case l.tolerance > 0 && l.limit >= roundMin/2 && l.limit >= max(l.roundFrom*3/2, l.roundFrom+1):
-		// Slow start under the delay rule, from half a round's worth of
-		// calls on: grown by half this round, wait for its verdict. A
-		// demand without bound (a backlog) would otherwise double the
-		// limit faster than rounds can judge it, and pile on a provider
-		// still busy with the calls of the outage. Below, it doubles per
-		// round trip, as without the rule: too few calls to queue.
+	case l.ssthresh >= l.max:
+		l.step(min(l.max, max(l.limit+1, l.limit*3/2)))
+	case l.sinceRound >= l.probeRounds:
+		l.step(l.limit + 1)
+	default:
 		return
 	}
-	l.limit++
-	l.roundPeak = max(l.roundPeak, l.limit)
+	l.delay.restart(time.Now())
+	l.sinceRound = 0
+}
+
+// step raises the limit to n.
+func (l *limiter) step(n int) {
+	l.limit = n
+	l.roundFrom = n
 	l.starved = false
 	l.sinceGrowth = 0
 }
