@@ -124,11 +124,10 @@ type Config struct {
 	LimitLateFactor float64
 	// LimitDelayTolerance is how much slower than when idle calls may
 	// become before the adaptive limit takes it for a queue at the
-	// dependency: 0.25 means calls a quarter slower. Past it the limit
-	// stops growing and comes down to what ends the queue, and the limit it
-	// came down to is where growth turns from one per healthy call to one
-	// per round trip (see queueDelay and limiter.grow). 0 turns the delay
-	// rule off.
+	// dependency: 0.05 means calls a twentieth slower. Past it the limit
+	// stops growing and comes down to what ends the queue, and steps past
+	// the level it came down to only once in a while (see queueDelay and
+	// limiter.growRound). 0 turns the delay rule off.
 	LimitDelayTolerance float64
 }
 

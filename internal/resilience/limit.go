@@ -89,9 +89,10 @@ const (
 //     round of healthy calls, their mean latency against the idle
 //     latency. More than the tolerance slower means calls queue at the
 //     dependency: the limit comes down to the round's concurrency over
-//     the ratio, and from there grows by one per round trip (TCP's
-//     congestion avoidance above ssthresh), by one per four round trips
-//     just below where the queue was seen. Without it, the limit would
+//     the ratio. Otherwise it grows for the next round to judge, by half
+//     until the first queue, then by one past the level that queue left,
+//     once per 8 rounds and half as often after each step that queued
+//     again (growRound). Without it, the limit would
 //     grow until calls turned late, far past the dependency's capacity.
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
@@ -134,21 +135,17 @@ type limiter struct {
 	fullSince   time.Time
 	probeEvery  time.Duration
 
-	// The delay rule (tolerance > 0; see queueDelay). ssthresh is where
-	// growth turns from one per healthy call (slow start) to one per round
-	// trip (congestion avoidance): the limit the delay rule last brought
-	// it down to, max until then; queuedAt is the limit the last queue was
-	// measured at, near which growth slows to one per four round trips.
-	// roundEnded is set when a call ends a round, for the grow that
-	// follows. roundFrom is the limit when the round began: slow start
-	// grows it by at most half before the round's verdict; roundPeak is
-	// the highest the limit has been during the round, the concurrency it
-	// measured. sinceGrowth counts healthy calls since the limit last grew.
+	// The delay rule (tolerance > 0; see queueDelay and growRound).
+	// ssthresh is the level the last queue brought the limit down to (max
+	// until the first), and probeRounds how many rounds the limit waits
+	// there before its next step past it; sinceRound counts the rounds
+	// since the limit last moved. roundEnded is set when a call ends a
+	// round, for the grow that follows. sinceGrowth counts healthy calls
+	// since the limit last grew.
 	tolerance   float64
 	delay       queueDelay
 	ssthresh    int
 	roundEnded  bool
-	roundFrom   int
 	sinceGrowth int
 	sinceRound  int
 	probeRounds int
@@ -507,7 +504,6 @@ func (l *limiter) adapt(s signal) bool {
 		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
 		if l.limit != old {
 			l.delay.restart(time.Now())
-			l.roundFrom = l.limit
 		}
 	}
 	return l.limit != old
@@ -527,7 +523,6 @@ func (l *limiter) grow() {
 		// it has just answered this one in time: it has room for those and
 		// this one, whatever it did with them.
 		l.limit = min(l.max, n+1)
-		l.roundFrom = l.limit
 	}
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
 	if l.tolerance > 0 && l.limit >= slowStartFrom {
@@ -568,7 +563,7 @@ func (l *limiter) growRound(pressed bool) {
 		l.ssthresh = target
 		l.limit = min(l.limit, target)
 		l.delay.restart(time.Now())
-		l.roundFrom, l.sinceRound = l.limit, 0
+		l.sinceRound = 0
 		return
 	}
 	if l.limit > l.ssthresh && l.limit < l.max {
@@ -594,7 +589,6 @@ func (l *limiter) growRound(pressed bool) {
 // step raises the limit to n.
 func (l *limiter) step(n int) {
 	l.limit = n
-	l.roundFrom = n
 	l.starved = false
 	l.sinceGrowth = 0
 }
