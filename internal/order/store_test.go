@@ -261,7 +261,14 @@ func TestAnUnansweredCommitIsAnUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 	if _, err := db.Exec(ctx, `
 		CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-			BEGIN PERFORM pg_sleep(0.6); EXCEPTION WHEN query_canceled THEN PERFORM pg_sleep(0.2); END;
+			BEGIN PERFORM pg_sleep(0.6);
+			EXCEPTION WHEN query_canceled THEN
+				-- Outlive the cancel (and any second one) by 0.2 s, so the
+				-- answer comes after the client gave up.
+				FOR i IN 1..5 LOOP
+					BEGIN PERFORM pg_sleep(0.2); EXIT; EXCEPTION WHEN query_canceled THEN NULL; END;
+				END LOOP;
+			END;
 			RETURN NULL;
 		END $$;
 		CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON idempotency_keys
@@ -274,9 +281,25 @@ func TestAnUnansweredCommitIsAnUnknownOutcome(t *testing.T) {
 	}
 	defer conn.Release()
 	op := claimOf(t, "slow-commit")
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// The client gives up while the COMMIT is in the trigger's sleep, seen
+	// from another connection — not after a fixed time, which on a busy
+	// machine can land on the INSERT before it, whose cancel rolls the
+	// whole transaction back.
+	short, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err = insertOrdersWithKeys(short, conn.Conn(), []*claimOp{&op}, time.Second)
+	pid := conn.Conn().PgConn().PID()
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var sleeping bool
+			if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep')`,
+				pid).Scan(&sleeping); err != nil || sleeping {
+				return
+			}
+		}
+	}()
+	// A statement timeout well past the sleeps: it cancels too, and is not what this is about.
+	err = insertOrdersWithKeys(short, conn.Conn(), []*claimOp{&op}, 10*time.Second)
 	if !errors.Is(err, errOutcomeUnknown) {
 		t.Fatalf("COMMIT unanswered within the deadline = %v; want errOutcomeUnknown", err)
 	}
