@@ -95,6 +95,13 @@ func (q *queueDelay) add(now, sent time.Time, size int) bool {
 // through.
 func (q *queueDelay) restart(now time.Time) { q.sum, q.calls, q.since = 0, 0, now }
 
+// on reports whether the delay rule is on (Config.LimitDelayTolerance).
+func (q *queueDelay) on() bool { return q.tolerance > 0 }
+
+// queued reports whether the last round was more than the tolerance
+// slower than the idle latency: calls queue at the dependency.
+func (q *queueDelay) queued() bool { return q.ratio() > 1+q.tolerance }
+
 // ratio is the last round's latency over the idle latency: 1 for no
 // queue, 1.25 when calls took a quarter longer than they did idle; 1
 // before the first round.

@@ -135,14 +135,13 @@ type limiter struct {
 	fullSince   time.Time
 	probeEvery  time.Duration
 
-	// The delay rule (tolerance > 0; see queueDelay and growRound).
+	// The delay rule (on when its tolerance is set; see queueDelay and growRound).
 	// ssthresh is the level the last queue brought the limit down to (max
 	// until the first), and probeRounds how many rounds the limit waits
 	// there before its next step past it; sinceRound counts the rounds
 	// since the limit last moved. roundEnded is set when a call ends a
 	// round, for the grow that follows. sinceGrowth counts healthy calls
 	// since the limit last grew.
-	tolerance   float64
 	delay       queueDelay
 	ssthresh    int
 	roundEnded  bool
@@ -243,8 +242,9 @@ func (l *limiter) acquire(ctx context.Context) error {
 // acquireProbe is acquire, except when every slot is kept for an abandoned
 // call (see heldFor): then one call at a time takes a slot over the limit
 // instead of waiting for a hold to end — a breaker's probe (probe reports
-// whether the call is one) at once, any other call only once the limit has been full of held slots
-// for probeEvery and as long since the last such call. Those calls are the
+// whether the call is one) at once, any other call only once the limit
+// has been full of held slots for probeEvery and as long since the last
+// such call. Those calls are the
 // dependency's business only if it still holds them, and its answer to
 // this one is what tells: a fast answer lifts the limit above the held
 // slots (grow), a hung one is held in turn. over reports whether the
@@ -437,7 +437,7 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 func (l *limiter) observe(sent time.Time) {
 	now := time.Now()
 	d := now.Sub(sent)
-	if l.adaptive && l.tolerance > 0 {
+	if l.adaptive && l.delay.on() {
 		l.mu.Lock()
 		if l.delay.add(now, sent, l.limit) {
 			l.roundEnded = true
@@ -525,7 +525,7 @@ func (l *limiter) grow() {
 		l.limit = min(l.max, n+1)
 	}
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
-	if l.tolerance > 0 && l.limit >= slowStartFrom {
+	if l.delay.on() && l.limit >= slowStartFrom {
 		if roundEnded {
 			l.growRound(pressed)
 		}
@@ -550,11 +550,10 @@ func (l *limiter) grow() {
 // round of calls above it, so a step that meets the queue again doubles
 // the wait for the next.
 func (l *limiter) growRound(pressed bool) {
-	r := l.delay.ratio()
-	measured := l.limit
 	l.sinceRound++
-	if r > 1+l.tolerance {
-		target := max(l.min, measured/2, min(measured-1, int(float64(measured)/r+0.5)))
+	if l.delay.queued() {
+		measured := l.limit
+		target := max(l.min, measured/2, min(measured-1, int(float64(measured)/l.delay.ratio()+0.5)))
 		if l.ssthresh < l.max && measured <= l.ssthresh+1 {
 			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
 		} else {

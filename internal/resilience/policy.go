@@ -99,7 +99,6 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 		} else {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
 			p.limit.lateFactor = cfg.LimitLateFactor
-			p.limit.tolerance = cfg.LimitDelayTolerance
 			p.limit.delay.tolerance = cfg.LimitDelayTolerance
 			p.limit.probeEvery = cfg.OpenDuration
 		}
