@@ -60,6 +60,10 @@ func workerResilienceDefaults() resilience.Config {
 	// ±20 % jitter moves a 32-call round's mean by about 2 %: 0.05 sees
 	// the one call, and rarely the jitter.
 	d.LimitDelayTolerance = 0.05
+	// For the same reason the worker's late calls are its own: a backlog
+	// that pushed the provider to its capacity must not halve checkout's
+	// limits through the fleet's congestion news (it still heeds theirs).
+	d.Background = true
 	// A charge job that finds the limit full waits for a slot in its FIFO
 	// rather than snoozing at once: River runs up to WORKER_CONCURRENCY
 	// jobs, the limit decides how many of them call the provider, and the

@@ -520,6 +520,17 @@ func (c *Coordinator) deadline(ctx context.Context) error {
 		c.arm(c.opts.Lease / 4)
 		return nil
 	}
+	if c.last.State == stateOpen && c.last.Holder == nil && !c.yielded && c.policy.Background() {
+		// A background process (a worker) has demand, but its jobs may
+		// not be due for a while: they were scheduled for when the
+		// breaker would let a probe through, and as the holder it would
+		// keep the fleet's live calls refused until it probed or the
+		// lease ran out. Live processes ask first; it asks in half a
+		// lease if none has.
+		c.yielded = true
+		c.arm(c.opts.Lease / 2)
+		return nil
+	}
 	if c.last.State == stateOpen {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := write(wctx, c.pool, takeLease, c.dependency, c.opts.Identity, secs(c.opts.Lease))

@@ -118,6 +118,14 @@ func testConfig() resilience.Config {
 	return cfg
 }
 
+// backgroundConfig is testConfig for a worker's policy
+// (resilience.Config.Background).
+func backgroundConfig() resilience.Config {
+	cfg := testConfig()
+	cfg.Background = true
+	return cfg
+}
+
 // start builds a process on the database at dbURL, each behind its own
 // proxy so a test can cut one off, and runs its coordinator until the
 // test ends.
@@ -503,6 +511,41 @@ func TestTheProcessWithTrafficProbes(t *testing.T) {
 	}
 }
 
+// TestLiveTrafficProbesBeforeABackgroundProcess: a worker (a background
+// policy) and a checkout both call while the fleet is open; when the open
+// state ends, the checkout takes the probe lease, so live calls are not
+// refused while the worker's jobs wait for their due time. Without the
+// rule the worker, which opened the breaker, mostly wins the race for it.
+func TestLiveTrafficProbesBeforeABackgroundProcess(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	w := start(t, dbURL, "worker-w", backgroundConfig())
+	c := start(t, dbURL, "checkout-c", testConfig())
+	for round := 1; round <= 4; round++ {
+		trip(t, w, prov)
+		c.log.awaitN(t, round, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
+		prov.set("ok")
+		deadline := time.After(5 * time.Second)
+		for c.log.count("circuit breaker state released") < round {
+			_ = w.do(prov)
+			_ = c.do(prov)
+			select {
+			case <-deadline:
+				t.Fatalf("round %d: the fleet's breaker was not released within 5 s", round)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		w.log.awaitN(t, round, "circuit breaker state released", 2*time.Second)
+		if n := w.log.count("circuit breaker state imposed", "state=probing"); n != 0 {
+			t.Fatalf("round %d: the worker took the probe lease %d times, want 0", round, n)
+		}
+		if n := c.log.count("circuit breaker state imposed", "state=probing"); n != round {
+			t.Fatalf("round %d: the checkout took the probe lease %d times, want %d", round, n, round)
+		}
+	}
+}
+
 // TestAHolderWhoseTrafficStoppedLetsTheLeaseGo: the process that took the
 // probe lease may have no call left to probe with (its load stopped just
 // after); it does not renew the lease as it runs out, so a process with
@@ -570,6 +613,50 @@ func TestALateCallShrinksTheOtherLimits(t *testing.T) {
 		t.Errorf("checkout-a's limit = %d, want %d (its own late call, once: no echo)", got, want)
 	}
 	close(prov.hang) // the hung call returns
+}
+
+// TestABackgroundLateCallIsItsOwn: a worker's late call (a background
+// policy, resilience.Config.Background) halves its own limit only, so a
+// backlog that pushed the provider to its capacity leaves checkout's live
+// calls their limit; checkout's late call still halves the worker's.
+func TestABackgroundLateCallIsItsOwn(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	w := start(t, dbURL, "worker-a", backgroundConfig())
+	b := start(t, dbURL, "checkout-b", testConfig())
+	a := start(t, dbURL, "checkout-a", testConfig())
+	for _, p := range []*process{w, a, b} {
+		p.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
+	}
+	before := b.policy.Limit()
+
+	prov.set("hang")
+	go func() { _ = w.do(prov) }() // late at the 400 ms slow threshold
+	deadline := time.Now().Add(3 * time.Second)
+	for w.policy.Limit() == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker-a's limit still %d 3 s after its call hung", before)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// News takes milliseconds on a local database; a second is the time
+	// it would have had to arrive.
+	time.Sleep(time.Second)
+	if got := b.policy.Limit(); got != before {
+		t.Errorf("checkout-b's limit = %d after worker-a's late call, want %d: a background call's lateness is its own", got, before)
+	}
+	if n := b.log.count("fleet breaker: limit shrank on congestion news"); n != 0 {
+		t.Errorf("checkout-b shrank its limit on news %d times, want 0", n)
+	}
+
+	workerBefore := w.policy.Limit()
+	go func() { _ = a.do(prov) }()
+	w.log.await(t, "fleet breaker: limit shrank on congestion news", 5*time.Second, "from=checkout-a")
+	if got, want := w.policy.Limit(), max(workerBefore/2, 1); got != want {
+		t.Errorf("worker-a's limit = %d after checkout-a's late call, want %d (it heeds live calls' news)", got, want)
+	}
+	close(prov.hang)
 }
 
 // TestCongestionNewsFromManyProcessesShrinksTheLimitOnce: ten processes'

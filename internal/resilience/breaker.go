@@ -249,8 +249,9 @@ func (b *breaker) effectiveState() State {
 }
 
 // retryAfter is how long until the breaker lets a call through: what is
-// left of an imposed state (its open part, or its hold while another
-// process probes), or else of the local open state; 0 when neither refuses.
+// left of an imposed state (its open part, or, while probes are out, until
+// their answer is due), or else of the local open state; 0 when neither
+// refuses.
 func (b *breaker) retryAfter() time.Duration {
 	now := b.now()
 	if g := b.gate.Load(); g != nil && now < g.holdUntil {
@@ -258,7 +259,11 @@ func (b *breaker) retryAfter() time.Duration {
 		case now < g.openUntil:
 			return g.openUntil - now
 		case g.probes == 0 || g.permits.Load() <= 0:
-			return g.holdUntil - now
+			// Probes are out, another process's or this one's: their
+			// verdict comes within an attempt timeout and ends the
+			// hold at once, so a caller told to wait the whole hold
+			// would sleep through a recovery.
+			return min(g.holdUntil-now, b.cfg.AttemptTimeout)
 		}
 		return 0 // this process probes for the fleet
 	}
@@ -395,10 +400,14 @@ func (c *call) onTimer() {
 }
 
 // late tells the limit that a call is late and, at most once per
-// congestionNewsEvery, the coordinator too (EventCongested), for the other
-// processes' limits.
+// congestionNewsEvery and unless the policy is a background one
+// (Config.Background), the coordinator too (EventCongested), for the
+// other processes' limits.
 func (b *breaker) late() {
 	b.limit.congested()
+	if b.cfg.Background {
+		return
+	}
 	now := int64(b.now())
 	last := b.lastCongested.Load()
 	if (last == 0 || now-last >= int64(congestionNewsEvery)) && b.lastCongested.CompareAndSwap(last, now) {

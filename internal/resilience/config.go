@@ -129,6 +129,14 @@ type Config struct {
 	// the level it came down to only once in a while (see queueDelay and
 	// limiter.growRound). 0 turns the delay rule off.
 	LimitDelayTolerance float64
+	// Background marks a policy whose calls no customer waits on, such as
+	// a worker's backlog: its late calls shrink its own limit but are not
+	// news for the fleet (EventCongested is never sent), so a backlog that
+	// pushed the dependency to its capacity does not halve the live calls'
+	// limits in other processes. News from those processes still shrinks
+	// this one's limit: the backlog yields to live calls, never the other
+	// way round.
+	Background bool
 }
 
 // BreakDuration is how long the breaker stays open after failedProbes

@@ -328,11 +328,17 @@ func TestRefusalsRightAfterAHealthyAnswerDoNotReopen(t *testing.T) {
 				t.Fatalf("probe %d: %v", i, err)
 			}
 		}
-		if _, err := b.do(slowOK); err != nil { // halves the limit under the eight held slots
-			t.Fatalf("slow call: %v", err)
-		}
-		if limit, _ := b.p.limit.current(); limit >= 8 {
-			t.Fatalf("limit %d after a slow call, want it under the 8 held slots", limit)
+		// Each slow call halves the slots above the eight held ones, until
+		// the held slots fill the limit.
+		for i := 0; ; i++ {
+			if limit, _ := b.p.limit.current(); limit <= 8 {
+				break
+			} else if i == 3 {
+				t.Fatalf("limit %d after three slow calls, want the 8 held slots to fill it", limit)
+			}
+			if _, err := b.do(slowOK); err != nil {
+				t.Fatalf("slow call: %v", err)
+			}
 		}
 		for range 10 {
 			if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
@@ -346,6 +352,101 @@ func TestRefusalsRightAfterAHealthyAnswerDoNotReopen(t *testing.T) {
 		advance(time.Second)
 		if _, err := b.do(ok); err != nil {
 			t.Errorf("a second later: %v, want a call over the held slots", err)
+		}
+	})
+}
+
+// A congestion signal halves the calls the limit lets in beside the slots
+// it holds for abandoned calls, not the held slots too: twenty slots, twelve
+// held, leave sixteen after a late call (eight live calls halved), where
+// halving the whole limit would leave none for live calls until the holds
+// end. A limit the held slots fill has no live calls to halve and is
+// halved whole, as before a hang.
+func TestCongestionHalvesTheLiveSlotsNotTheHeldOnes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name              string
+		limit, held, want int
+	}{
+		{"no held slots", 20, 0, 10},
+		{"twelve of twenty held", 20, 12, 16},
+		{"one live slot over the held", 13, 12, 12},
+		{"the held slots fill the limit", 12, 12, 6},
+		{"never below the minimum", 2, 2, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				l := newAdaptiveLimiter(tt.limit, 1, 20, 0.5, 0, testLimiterMetrics())
+				for range tt.held {
+					if err := l.acquire(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					l.releaseAfter(noSignal, 10*time.Second)
+				}
+				l.congested()
+				if got, _ := l.current(); got != tt.want {
+					t.Errorf("limit %d after a late call, want %d", got, tt.want)
+				}
+			})
+		})
+	}
+}
+
+// While a call over the held slots is out, a deferred retry is told to come
+// back when that call's answer is due, not when the held slots free: a fast
+// answer lifts the limit at once, and a caller who waited for the holds
+// would miss a dependency that recovered nine seconds before them.
+func TestRetryAfterAwaitsTheProbeNotTheHolds(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := hungAndOpen(t)
+		advance(time.Second + time.Nanosecond)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = b.do(hang)
+		}()
+		synctest.Wait()
+		if _, inFlight := b.p.limit.current(); inFlight != 9 {
+			t.Fatalf("%d slots taken, want the 8 held and the probe's over them", inFlight)
+		}
+		advance(100 * time.Millisecond)
+		if got, want := b.p.RetryAfter(), 400*time.Millisecond; got != want {
+			t.Errorf("RetryAfter with the probe out = %v, want %v, when its 500 ms attempt ends", got, want)
+		}
+		<-done
+		if got := b.p.RetryAfter(); got <= 0 || got > time.Second {
+			t.Errorf("RetryAfter after a hung probe = %v, want the next open time, within 1 s", got)
+		}
+	})
+}
+
+// The limit's maximum bounds the calls waited on; slots kept for abandoned
+// calls come on top of it, and go with their holds.
+func TestHeldSlotsAreOnTopOfTheMaximum(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		l := newAdaptiveLimiter(4, 1, 4, 0.5, 0, testLimiterMetrics())
+		for range 3 {
+			if err := l.acquire(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			l.releaseAfter(noSignal, 10*time.Second)
+		}
+		for range 10 { // healthy calls while the load presses
+			for l.acquire(context.Background()) == nil {
+			}
+			l.release(healthy)
+		}
+		if got, _ := l.current(); got != 7 {
+			t.Errorf("limit %d with 3 held slots and a maximum of 4, want 7", got)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got, _ := l.current(); got != 4 {
+			t.Errorf("limit %d once the holds ended, want the maximum, 4", got)
 		}
 	})
 }

@@ -178,6 +178,11 @@ func (p *Policy) Demand() int64 {
 // which is also how many a coordinator should impose.
 func (p *Policy) HalfOpenProbes() int { return p.cfg.HalfOpenProbes }
 
+// Background reports whether no customer waits on this policy's calls
+// (Config.Background): a coordinator lets live processes take the fleet's
+// probe lease first.
+func (p *Policy) Background() bool { return p.cfg.Background }
+
 // BreakDuration is how long the breaker stays open after failedProbes
 // consecutive failed probes (see Config.BreakDuration), with this policy's
 // jitter.

@@ -72,8 +72,8 @@ func TestImposedDeadlinePassesLocalResumes(t *testing.T) {
 		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); !errors.Is(err, ErrTooManyRequests) {
 			t.Errorf("while another process probes: err = %v, want ErrTooManyRequests", err)
 		}
-		if got, want := b.p.RetryAfter(), time.Second; got != want {
-			t.Errorf("RetryAfter while another process probes = %v, want %v (the hold)", got, want)
+		if got, want := b.p.RetryAfter(), 500*time.Millisecond; got != want {
+			t.Errorf("RetryAfter while another process probes = %v, want %v (when its probe's answer is due, not the 1 s hold)", got, want)
 		}
 		advance(time.Second)
 		if _, err := Do(context.Background(), b.p, counting(&calls, ok)); err != nil {

@@ -81,6 +81,33 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("average 200 ms: lateAfter = %v, want %v", got, want)
 	}
+	// While a slot is kept for an abandoned call, the dependency may still
+	// be busy with it: a call is late only at the slow threshold.
+	if err := l.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.releaseAfter(noSignal, time.Second)
+	if got := l.lateAfter(slow); got != slow {
+		t.Errorf("a slot held: lateAfter = %v, want the slow threshold", got)
+	}
+	time.Sleep(time.Second)
+	synctest.Wait()
+	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
+		t.Errorf("the hold over: lateAfter = %v, want %v", got, want)
+	}
+	// A background limit is the one that gives way: held slots or not.
+	bg := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	bg.lateFactor, bg.yields = 1.5, true
+	bg.observe(time.Now().Add(-200 * time.Millisecond))
+	if err := bg.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bg.releaseAfter(noSignal, time.Second)
+	if got, want := bg.lateAfter(slow), 300*time.Millisecond; got != want {
+		t.Errorf("background, a slot held: lateAfter = %v, want %v", got, want)
+	}
+	time.Sleep(time.Second)
+	synctest.Wait()
 	// The provider became slower for good: the average follows, and its
 	// calls stop being late instead of halving the limit for ever.
 	for range 40 {

@@ -107,6 +107,12 @@ type limiter struct {
 	// successful calls' latency in nanoseconds, 0 until the first.
 	lateFactor float64
 	latency    atomic.Int64
+	// holding counts the slots kept for abandoned calls, len(held), for
+	// lateAfter, which reads it without the lock. yields is set for a
+	// background policy's limit (Config.Background), which stays quick to
+	// call a call late while slots are held: it is the one that gives way.
+	holding atomic.Int32
+	yields  bool
 
 	mu       sync.Mutex
 	limit    int
@@ -299,13 +305,6 @@ func (l *limiter) probeWait(now time.Time) time.Duration {
 	return max(l.probeEvery-now.Sub(from), 0)
 }
 
-// probeIn is probeWait for RetryAfter.
-func (l *limiter) probeIn() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.probeWait(time.Now())
-}
-
 // endProbe ends a probe's claim on the slot over the limit, so the next
 // probe can have it; the slot itself is freed by release or releaseAfter.
 func (l *limiter) endProbe() {
@@ -376,28 +375,48 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	}
 	i, _ := slices.BinarySearchFunc(l.held, until, time.Time.Compare)
 	l.held = slices.Insert(l.held, i, until)
+	l.holding.Store(int32(len(l.held)))
 	l.mu.Unlock()
 	time.AfterFunc(d, func() {
 		l.mu.Lock()
 		if i := slices.IndexFunc(l.held, until.Equal); i >= 0 {
 			l.held = slices.Delete(l.held, i, i+1)
+			l.holding.Store(int32(len(l.held)))
+		}
+		if l.adaptive && l.limit > l.top() {
+			l.limit = l.top()
+			l.limitGauge.Set(float64(l.limit))
 		}
 		l.mu.Unlock()
 		l.release(noSignal)
 	})
 }
 
-// heldFor is how long until a call can get a slot when every slot is kept
-// for an abandoned call (see releaseAfter), 0 otherwise: the calls in
-// flight will return and free theirs.
-func (l *limiter) heldFor() time.Duration {
+// retryIn is how long until a call may get a slot, for RetryAfter: 0 when
+// the calls in flight will return and free theirs. When every slot is kept
+// for an abandoned call (see releaseAfter) it is until a call may go over
+// the limit (probeWait) or, while such a call is out, until its answer is
+// due — answerWithin after it was sent, the attempt timeout: a fast answer
+// lifts the limit, a hung one is held and the next call over the limit
+// waits for probeWait. The held slots themselves may take the whole
+// AbandonedHold to free, and a caller told to wait that long would not
+// notice a dependency that recovered long before.
+func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := time.Now()
+	if wait := l.probeWait(now); wait >= 0 {
+		return wait
+	}
 	if len(l.held) < l.limit {
 		return 0
 	}
 	// Once all but limit-1 of the holds have ended, one slot is free.
-	return max(time.Until(l.held[len(l.held)-l.limit]), 0)
+	wait := max(l.held[len(l.held)-l.limit].Sub(now), 0)
+	if l.probing {
+		wait = min(wait, max(l.probedAt.Add(answerWithin).Sub(now), 0))
+	}
+	return wait
 }
 
 // heldRefuses reports whether a refusal now is the dependency's doing:
@@ -421,9 +440,19 @@ func (l *limiter) heldRefuses() bool {
 // average latency, but never sooner than half the slow threshold — a fast
 // dependency's scheduling noise is not congestion — nor later than it.
 // Without an average yet, or outside the adaptive limit, it is slow.
+//
+// It is slow too while the limit keeps slots for abandoned calls, unless
+// it is a background limit (yields): the dependency may still be working
+// on those calls after a hang, and is then slower than its average for a
+// reason the limit already counts (their slots). Late at lateFactor, the
+// live calls that recover beside them would halve the limit again and
+// again — in the seed outage at 40 req/s a provider busy with 12 held
+// calls of its 16 answers in 300 ms — while the breaker's slow threshold
+// still tells a second hang. A background limit's late calls are how the
+// backlog gives way to those live calls.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	avg := l.latency.Load()
-	if !l.adaptive || l.lateFactor <= 0 || avg == 0 {
+	if !l.adaptive || l.lateFactor <= 0 || avg == 0 || (l.holding.Load() > 0 && !l.yields) {
 		return slow
 	}
 	return min(max(time.Duration(float64(avg)*l.lateFactor), slow/2), slow)
@@ -501,12 +530,27 @@ func (l *limiter) adapt(s signal) bool {
 		l.healthyAt = time.Now()
 		l.grow()
 	case congested:
-		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
+		l.limit = l.decreased()
 		if l.limit != old {
 			l.delay.restart(time.Now())
 		}
 	}
 	return l.limit != old
+}
+
+// decreased is the limit after a congestion signal: backoff times the
+// calls it lets in, not times the slots it keeps for abandoned calls
+// (releaseAfter). Those calls were sent before this signal and end with
+// their hold whatever the limit says: cutting them would only cut the
+// live calls beside them, all of them once the held slots are half the
+// limit. A limit already full of held slots has no live calls to spare,
+// and is cut whole, so that it does not outlive the holds at the size it
+// had before a hang. Call it with l.mu held.
+func (l *limiter) decreased() int {
+	if n := len(l.held); n < l.limit {
+		return max(l.min, n+int(float64(l.limit-n)*l.backoff))
+	}
+	return max(l.min, int(float64(l.limit)*l.backoff))
 }
 
 // grow applies a healthy call (see adapt): the lift over held slots, then
@@ -522,7 +566,7 @@ func (l *limiter) grow() {
 		// Every slot is kept for a call the dependency never answered, and
 		// it has just answered this one in time: it has room for those and
 		// this one, whatever it did with them.
-		l.limit = min(l.max, n+1)
+		l.limit = n + 1
 	}
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
 	if l.delay.on() && l.limit >= slowStartFrom {
@@ -531,10 +575,10 @@ func (l *limiter) grow() {
 		}
 		return
 	}
-	if l.limit >= l.max || !pressed {
+	if l.limit >= l.top() || !pressed {
 		return
 	}
-	if l.limit >= l.ssthresh && l.sinceGrowth < l.limit {
+	if l.ssthresh < l.max && l.limit >= l.ssthresh && l.sinceGrowth < l.limit {
 		return // congestion avoidance: one per round trip
 	}
 	l.step(l.limit + 1)
@@ -565,17 +609,17 @@ func (l *limiter) growRound(pressed bool) {
 		l.sinceRound = 0
 		return
 	}
-	if l.limit > l.ssthresh && l.limit < l.max {
+	if l.limit > l.ssthresh && l.limit < l.top() {
 		// A step past the last queue's level met none: the level holds.
 		l.ssthresh = l.limit
 		l.probeRounds = max(minProbeRounds, l.probeRounds/2)
 	}
-	if !pressed || l.limit >= l.max {
+	if !pressed || l.limit >= l.top() {
 		return
 	}
 	switch {
 	case l.ssthresh >= l.max:
-		l.step(min(l.max, max(l.limit+1, l.limit*3/2)))
+		l.step(min(l.top(), max(l.limit+1, l.limit*3/2)))
 	case l.sinceRound >= l.probeRounds:
 		l.step(l.limit + 1)
 	default:
@@ -584,6 +628,13 @@ func (l *limiter) growRound(pressed bool) {
 	l.delay.restart(time.Now())
 	l.sinceRound = 0
 }
+
+// top is the highest the limit may grow: max calls waited on, and the
+// slots kept for abandoned calls besides them. Those calls hold no
+// connection here and no caller waits on them; counting them against max
+// would leave a process whose slots a hang filled too few for its live
+// load until the holds end. Call it with l.mu held.
+func (l *limiter) top() int { return l.max + len(l.held) }
 
 // step raises the limit to n.
 func (l *limiter) step(n int) {

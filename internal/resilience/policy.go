@@ -99,6 +99,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 		} else {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
 			p.limit.lateFactor = cfg.LimitLateFactor
+			p.limit.yields = cfg.Background
 			p.limit.delay.tolerance = cfg.LimitDelayTolerance
 			p.limit.probeEvery = cfg.OpenDuration
 		}
@@ -138,8 +139,8 @@ func (p *Policy) Limit() int {
 // left of the breaker's open state, or, when every slot of the concurrency
 // limit is kept for a call the dependency may still hold, until a call may
 // go over the limit to find out whether it does (limiter.acquireProbe) —
-// or, while such a call is out, until the first held slot frees; 0 when
-// nothing refuses. Callers use it for the
+// or, while such a call is out, until its answer is due (limiter.retryIn);
+// 0 when nothing refuses. Callers use it for the
 // HTTP Retry-After header and to schedule or snooze background retries so
 // they don't pile onto a dependency the stack knows is failing.
 func (p *Policy) RetryAfter() time.Duration {
@@ -149,10 +150,7 @@ func (p *Policy) RetryAfter() time.Duration {
 	if wait := p.breaker.retryAfter(); wait > 0 {
 		return wait
 	}
-	if wait := p.limit.probeIn(); wait >= 0 {
-		return wait
-	}
-	return p.limit.heldFor()
+	return p.limit.retryIn(p.cfg.AttemptTimeout)
 }
 
 // Do calls fn through p's layers, outermost first: retry, circuit breaker,
