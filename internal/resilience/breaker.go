@@ -58,6 +58,9 @@ type breaker struct {
 	// ReadyToTrip, OnStateChange), which all run under gobreaker's mutex,
 	// so it needs no lock of its own.
 	win window
+	// winStale asks record, under gobreaker's lock, to empty the window
+	// before it counts the next outcome (see Policy.Release).
+	winStale atomic.Bool
 
 	// openUntil is when the open state ends, as an offset from epoch (a
 	// monotonic reading); 0 once the breaker has closed. It may lie past
@@ -163,6 +166,9 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 // generations: a hung call that finally returns after the breaker opened
 // cannot pollute the next window.
 func (b *breaker) record(err error) bool {
+	if b.winStale.CompareAndSwap(true, false) {
+		b.win.reset()
+	}
 	b.lastSlow = errors.Is(err, errReportSlow)
 	switch {
 	case err == nil:

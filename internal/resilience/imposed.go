@@ -143,12 +143,20 @@ func (p *Policy) Impose(im Imposed) {
 	p.breaker.impose(im)
 }
 
-// Release gives the decision back to the local breaker.
+// Release gives the decision back to the local breaker: the fleet's probe
+// found the dependency answering, or an operator cleared a forced state.
+// Either is newer than what this process saw before the imposed state, so
+// the local count window starts afresh — the calls that hung before it
+// (failures and slow calls in the window) would otherwise open the local
+// breaker again with the next few — and a limit full of slots held for
+// calls abandoned in the hang makes room for one call beside them, as
+// for a fast answer of its own (limiter.recovered).
 func (p *Policy) Release() {
 	if p.breaker == nil {
 		return
 	}
 	p.breaker.release()
+	p.limit.recovered()
 }
 
 // Source returns who decides right now: SourceLocal unless an imposed state
@@ -267,6 +275,7 @@ func (b *breaker) release() {
 	if g == nil {
 		return
 	}
+	b.winStale.Store(true)
 	b.released(g)
 }
 

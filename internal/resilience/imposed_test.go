@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -378,5 +379,71 @@ func TestEffectiveStateShowsImposedStates(t *testing.T) {
 		check("fleet half-open, another process probes", StateHalfOpen)
 		p.Release()
 		check("released", StateClosed)
+	})
+}
+
+// When the fleet releases this process (its probe found the dependency
+// answering), what the local window saw before is stale: four failures
+// from before the imposed state and five after the release make nine of
+// ten, but only the five count, and the breaker stays closed. Without the
+// release the same nine open it.
+func TestReleaseStartsTheLocalWindowAfresh(t *testing.T) {
+	t.Parallel()
+	for _, release := range []bool{true, false} {
+		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+				for range 5 {
+					_, _ = b.do(ok)
+				}
+				for range 4 {
+					_, _ = b.do(fail)
+				}
+				b.p.Impose(Imposed{Source: SourceFleet, OpenFor: time.Second, HoldFor: time.Second})
+				advance(time.Second)
+				if release {
+					b.p.Release()
+				}
+				for range 5 {
+					_, _ = b.do(fail)
+				}
+				want := StateOpen
+				if release {
+					want = StateClosed
+				}
+				if got := b.p.State(); got != want {
+					t.Errorf("state = %v after 4 failures, the fleet's state and 5 more failures, want %v", got, want)
+				}
+			})
+		})
+	}
+}
+
+// A fleet release lifts a limit full of slots held for calls abandoned in
+// the hang to them plus one, as a fast answer of this process's own would:
+// another process's probe has just shown the dependency has room.
+func TestReleaseMakesRoomBesideTheHeldSlots(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts = 1
+			c.AbandonedHold = DefaultConfig().AbandonedHold
+			c.LimitInitial = 2
+			c.BulkheadWait = 0
+		})
+		hangN(t, b, 2) // too few calls for the local breaker to judge
+		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+			t.Fatalf("err = %v, want ErrBulkheadFull: the held slots fill the limit", err)
+		}
+		b.p.Impose(Imposed{Source: SourceFleet, OpenFor: 100 * time.Millisecond, HoldFor: 100 * time.Millisecond})
+		advance(100 * time.Millisecond)
+		b.p.Release()
+		if limit, inFlight := b.p.limit.current(); limit != inFlight+1 {
+			t.Fatalf("limit %d with %d slots held, want one more", limit, inFlight)
+		}
+		if _, err := b.do(ok); err != nil {
+			t.Errorf("after the release: err = %v, want the call made beside the held slots", err)
+		}
 	})
 }

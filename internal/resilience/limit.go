@@ -419,6 +419,25 @@ func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	return wait
 }
 
+// recovered applies another process's fast answer from the dependency
+// (the fleet's probe, see Policy.Release) as grow applies one of this
+// process's: a limit full of held slots is lifted to them plus one, and
+// refusals are no longer the dependency's doing (heldRefuses).
+func (l *limiter) recovered() {
+	if !l.adaptive {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.healthyAt = time.Now()
+	if n := len(l.held); n >= l.limit {
+		l.limit = n + 1
+		l.limitGauge.Set(float64(l.limit))
+		l.grant()
+		l.inUse.Set(float64(l.inFlight))
+	}
+}
+
 // heldRefuses reports whether a refusal now is the dependency's doing:
 // every slot is kept for a call it never answered, and the last call to
 // end was such a call rather than one answered in time. A dependency

@@ -118,8 +118,10 @@ func (w *ChargeWorker) NextRetry(job *river.Job[order.ChargeArgs]) time.Time {
 const retryCeiling = 10 * time.Minute
 
 // inProgressPace is how soon a charge the provider reported in progress
-// (409) is tried again.
-const inProgressPace = time.Second
+// (409) is tried again, before snooze's jitter: the order is paid at most
+// about this long after the provider finishes the attempt it holds. A 409
+// costs the provider a key lookup, no charge.
+const inProgressPace = 500 * time.Millisecond
 
 // unresolvedPace is how often an order past giving up asks the provider's
 // lookup again while the lookup fails. A lookup is a read that charges
@@ -215,7 +217,7 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 		// An earlier attempt — the API's, given up on during an outage —
 		// is still at the provider. Its answer is what this order waits
 		// for, and the provider replays it as soon as it is done: ask again
-		// in a second, not on the backoff schedule, which would be 8 s and
+		// in half a second, not on the backoff schedule, which would be 8 s and
 		// more by the time a 10 s hang is over. No attempt is used; the
 		// charge window (order.MayCharge) still bounds how long.
 		return w.snooze(ctx, o, inProgressPace)

@@ -49,8 +49,8 @@ type Config struct {
 	// using LISTEN/NOTIFY, which needs a session of its own: required
 	// behind a pooler in transaction mode (PgBouncer), which hands the
 	// listening session to other clients and drops its notifications. A
-	// newly available job then waits for the next fetch (River's
-	// FetchPollInterval, 1 s).
+	// newly available job then waits for the next fetch
+	// (fetchPollInterval).
 	PollOnly bool
 	// Ledger tunes the walk of the provider's charge list (ledger.Reconciler);
 	// a zero Interval turns it off.
@@ -60,6 +60,14 @@ type Config struct {
 	// request that deferred the order.
 	Plugins []rivertype.Plugin
 }
+
+// fetchPollInterval is how often River looks for jobs that became due
+// without a notification: every snoozed charge (a refused call, a charge
+// the provider still works on) and every deferred order's job, which
+// checkout schedules for when the breaker lets a probe through. River's
+// default, 1 s, adds up to a second to each of those waits — after a
+// hang, to the time the last order is paid. A fetch is one indexed query.
+const fetchPollInterval = 200 * time.Millisecond
 
 // Worker is the River client with every job the worker runs.
 type Worker struct {
@@ -100,6 +108,7 @@ func New(db *pgxpool.Pool, payer order.Payer, charges ledger.ChargeList, cfg Con
 		},
 		Workers:              workers,
 		PeriodicJobs:         periodic,
+		FetchPollInterval:    fetchPollInterval,
 		JobTimeout:           ChargeJobTimeout,
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
 		PollOnly:             cfg.PollOnly,
