@@ -37,6 +37,9 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 		LimitLateFactor:   r.lateFactor(d.LimitLateFactor),
 		// 0 (off) up to 10: calls eleven times slower than idle.
 		LimitDelayTolerance: r.Float("PAYMENT_LIMIT_DELAY_TOLERANCE", d.LimitDelayTolerance, 0, 10),
+		// The binary's role, not a setting: the worker's policy is a
+		// background one, checkout's never.
+		Background: d.Background,
 	}
 }
 

@@ -3,6 +3,7 @@ package envconfig_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/resilientcheckout/checkout/internal/envconfig"
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -67,5 +68,23 @@ func TestResilienceLimit(t *testing.T) {
 				t.Errorf("Resilience() = %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestResilienceKeepsWhatTheEnvironmentDoesNotSet: with no variable set,
+// Resilience returns its defaults whole — the worker's adjustments
+// included, its Background role among them, which no variable sets.
+func TestResilienceKeepsWhatTheEnvironmentDoesNotSet(t *testing.T) {
+	t.Parallel()
+	d := resilience.DefaultConfig()
+	d.MinCalls, d.HalfOpenProbes, d.LimitInitial = 4, 1, 1
+	d.LimitDelayTolerance, d.BulkheadWait = 0.05, 2*time.Second
+	d.Background = true
+	r := envconfig.New(func(string) string { return "" })
+	if got := r.Resilience(d); got != d {
+		t.Errorf("Resilience() = %+v, want the defaults %+v", got, d)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -279,6 +279,27 @@ func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
 	})
 }
 
+// twoHeldSlots is a process whose two calls hung: its breaker is closed
+// (two calls are too few to judge) and the slots held for them fill its
+// limit of 2. Call it inside the synctest bubble.
+func twoHeldSlots(t *testing.T) bundle {
+	t.Helper()
+	b := setup(t, func(c *Config) {
+		c.MaxAttempts = 1
+		c.AbandonedHold = DefaultConfig().AbandonedHold
+		c.LimitInitial = 2
+		c.BulkheadWait = 0
+	})
+	hangN(t, b, 2)
+	if got := b.p.State(); got != StateClosed {
+		t.Fatalf("state = %v, want closed (two calls are too few to judge)", got)
+	}
+	if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
+		t.Fatalf("err = %v, want ErrBulkheadFull: the held slots fill the limit", err)
+	}
+	return b
+}
+
 // A process whose few calls hung keeps its breaker closed (too few calls
 // to judge) while the held slots fill its limit — a worker after one hung
 // charge, say. It does not wait out the 10 s hold: once the limit has been
@@ -287,19 +308,7 @@ func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
 func TestAClosedBreakerSendsOneCallOverHeldSlotsPerOpenDuration(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) {
-			c.MaxAttempts = 1
-			c.AbandonedHold = DefaultConfig().AbandonedHold
-			c.LimitInitial = 2
-			c.BulkheadWait = 0
-		})
-		hangN(t, b, 2)
-		if got := b.p.State(); got != StateClosed {
-			t.Fatalf("state = %v, want closed (two calls are too few to judge)", got)
-		}
-		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
-			t.Fatalf("err = %v, want ErrBulkheadFull: the held slots fill the limit", err)
-		}
+		b := twoHeldSlots(t)
 		if got := b.p.RetryAfter(); got <= 0 || got > time.Second {
 			t.Errorf("RetryAfter = %v, want at most the 1 s open duration, not the 10 s hold", got)
 		}

@@ -426,16 +426,7 @@ func TestReleaseStartsTheLocalWindowAfresh(t *testing.T) {
 func TestReleaseMakesRoomBesideTheHeldSlots(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) {
-			c.MaxAttempts = 1
-			c.AbandonedHold = DefaultConfig().AbandonedHold
-			c.LimitInitial = 2
-			c.BulkheadWait = 0
-		})
-		hangN(t, b, 2) // too few calls for the local breaker to judge
-		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
-			t.Fatalf("err = %v, want ErrBulkheadFull: the held slots fill the limit", err)
-		}
+		b := twoHeldSlots(t)
 		b.p.Impose(Imposed{Source: SourceFleet, OpenFor: 100 * time.Millisecond, HoldFor: 100 * time.Millisecond})
 		advance(100 * time.Millisecond)
 		b.p.Release()

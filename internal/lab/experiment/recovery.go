@@ -43,13 +43,15 @@ type Recovery struct {
 	Seconds []Second `json:"seconds"`
 }
 
-// Second is one second of a run: charges the provider began processing, the most it had in
-// flight, and the run's unsettled orders at the end of the second.
+// Second is one second of a run: charges the provider began processing, how many of them
+// began above its capacity, the most it had in flight, and the run's unsettled orders at
+// the end of the second.
 type Second struct {
-	At       Millis `json:"at_ms"`
-	Started  int    `json:"started"`
-	InFlight int    `json:"in_flight_max"`
-	Backlog  int    `json:"backlog"`
+	At           Millis `json:"at_ms"`
+	Started      int    `json:"started"`
+	OverCapacity int    `json:"over_capacity"`
+	InFlight     int    `json:"in_flight_max"`
+	Backlog      int    `json:"backlog"`
 }
 
 // LiveShare is the share of live orders answered 201, 1 when none was sent.
@@ -94,7 +96,7 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 		defer db.Close(context.WithoutCancel(ctx))
 		tick := time.NewTicker(recoveryPoll)
 		defer tick.Stop()
-		processed := -1
+		processed, over := -1, 0
 		for {
 			st, err := sim.stats(ctx)
 			if ctx.Err() != nil {
@@ -113,12 +115,12 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 				w.fail(fmt.Errorf("recovery watch: %w", err))
 				return
 			}
-			started := 0
+			started, above := 0, 0
 			if processed >= 0 {
-				started = st.ChargesProcessed - processed
+				started, above = st.ChargesProcessed-processed, st.ChargesOverCapacity-over
 			}
-			processed = st.ChargesProcessed
-			w.add(time.Since(start), started, st.InFlight, backlog)
+			processed, over = st.ChargesProcessed, st.ChargesOverCapacity
+			w.add(time.Since(start), started, above, st.InFlight, backlog)
 			select {
 			case <-ctx.Done():
 				return
@@ -136,7 +138,7 @@ func (w *recoveryWatch) fail(err error) {
 }
 
 // add folds one reading into its second.
-func (w *recoveryWatch) add(at time.Duration, started, inFlight, backlog int) {
+func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog int) {
 	if at < 0 {
 		return
 	}
@@ -148,6 +150,7 @@ func (w *recoveryWatch) add(at time.Duration, started, inFlight, backlog int) {
 	}
 	s := &w.seconds[len(w.seconds)-1]
 	s.Started += started
+	s.OverCapacity += above
 	s.InFlight = max(s.InFlight, inFlight)
 	s.Backlog = backlog
 }
