@@ -23,7 +23,12 @@ type sharedProvider struct {
 }
 
 func newSharedProvider(base time.Duration, capacity int) *sharedProvider {
-	return &sharedProvider{base: base, capacity: capacity, rnd: rand.New(rand.NewPCG(1, 2))}
+	return newSeededProvider(base, capacity, 1)
+}
+
+// newSeededProvider is newSharedProvider with its jitter drawn from seed.
+func newSeededProvider(base time.Duration, capacity int, seed uint64) *sharedProvider {
+	return &sharedProvider{base: base, capacity: capacity, rnd: rand.New(rand.NewPCG(seed, 2))}
 }
 
 func (pr *sharedProvider) call(ctx context.Context) (string, error) {
@@ -147,11 +152,19 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 // while the backlog takes most of what is left. It does cross the
 // capacity now and then: 30 live calls a second hold 2 to 4 calls in
 // flight, and one call past 16 among that variation reads as less than
-// the tolerance (14.6 % of calls here, against 60 % and more without the
-// rule, the second case).
+// the tolerance. Six draws of the provider's jitter: 4.7–10.9 % of calls
+// above capacity (8 to 37 % before rounds that are neither idle nor queued
+// stepped the limit back and clearly queued rounds ended early), against
+// 60 % and more without the rule, the last case.
 func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 	t.Parallel()
-	for _, tolerance := range []float64{0.05, 0} {
+	type run struct {
+		tolerance float64
+		seed      uint64
+	}
+	runs := []run{{0.05, 1}, {0.05, 2}, {0.05, 3}, {0.05, 4}, {0.05, 5}, {0.05, 6}, {0, 1}}
+	for _, r := range runs {
+		tolerance := r.tolerance
 		synctest.Test(t, func(t *testing.T) {
 			worker := setup(t, func(c *Config) {
 				c.MaxAttempts = 1
@@ -161,7 +174,7 @@ func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 				c.BulkheadWait = 2 * time.Second
 			})
 			live := setup(t, func(c *Config) { c.MaxAttempts = 1 })
-			pr := newSharedProvider(100*time.Millisecond, 16)
+			pr := newSeededProvider(100*time.Millisecond, 16, r.seed)
 			stop := backlog(worker.p, pr, 32)
 
 			// 30 live calls a second, each on its own, as orders arrive.
@@ -195,8 +208,8 @@ func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 			wg.Wait()
 			share := pr.overShare()
 			backlogRate := float64(paid) / 10
-			t.Logf("tolerance %v: live %d sent, %d failed; backlog %.0f calls/s of the 130/s left; %.1f %% of calls started above capacity",
-				tolerance, sent, failed, backlogRate, 100*share)
+			t.Logf("tolerance %v, seed %d: live %d sent, %d failed; backlog %.0f calls/s of the 130/s left; %.1f %% of calls started above capacity",
+				tolerance, r.seed, sent, failed, backlogRate, 100*share)
 			if tolerance == 0 {
 				if share < 0.4 {
 					t.Errorf("without the delay rule only %.1f %% of calls started above capacity: the test shows nothing", 100*share)
@@ -206,11 +219,11 @@ func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 			if failed > 0 {
 				t.Errorf("%d of %d live calls failed: the backlog must leave them their room", failed, sent)
 			}
-			if share > 0.2 {
-				t.Errorf("%.1f %% of calls started above capacity, want at most 20 %%", 100*share)
+			if share > 0.12 {
+				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 12 %%", r.seed, 100*share)
 			}
-			if backlogRate < 100 {
-				t.Errorf("the backlog got %.0f calls/s, want at least 100 of the 130 left", backlogRate)
+			if backlogRate < 85 {
+				t.Errorf("seed %d: the backlog got %.0f calls/s, want at least 85 of the 130 left", r.seed, backlogRate)
 			}
 		})
 	}

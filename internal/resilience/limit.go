@@ -628,6 +628,23 @@ func (l *limiter) growRound(pressed bool) {
 		l.sinceRound = 0
 		return
 	}
+	if l.ssthresh < l.max && l.delay.warm() {
+		// Neither idle nor queued: calls take longer than idle by less
+		// than the tolerance, which a provider at its capacity shows
+		// when the live calls beside the backlog go up and down by a
+		// call or two. Past the first queue the limit steps back by
+		// one rather than sit at the edge, so that it settles where
+		// rounds look idle, with room below capacity for that
+		// variation; a step that met this counts as meeting the queue.
+		if l.limit > l.ssthresh {
+			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
+		}
+		l.limit = max(l.min, l.limit-1)
+		l.ssthresh = l.limit
+		l.delay.restart(time.Now())
+		l.sinceRound = 0
+		return
+	}
 	if l.limit > l.ssthresh && l.limit < l.top() {
 		// A step past the last queue's level met none: the level holds.
 		l.ssthresh = l.limit
