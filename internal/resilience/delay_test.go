@@ -152,10 +152,11 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 // while the backlog takes most of what is left. It does cross the
 // capacity now and then: 30 live calls a second hold 2 to 4 calls in
 // flight, and one call past 16 among that variation reads as less than
-// the tolerance. Six draws of the provider's jitter: 4.7–10.9 % of calls
+// the tolerance. Six draws of the provider's jitter: 4.0–6.8 % of calls
 // above capacity (8 to 37 % before rounds that are neither idle nor queued
-// stepped the limit back and clearly queued rounds ended early), against
-// 60 % and more without the rule, the last case.
+// stepped the limit back, clearly queued rounds ended early, and a queue
+// left one call of room beside the backlog), against 60 % and more without
+// the rule, the last case.
 func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 	t.Parallel()
 	type run struct {
@@ -219,8 +220,8 @@ func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 			if failed > 0 {
 				t.Errorf("%d of %d live calls failed: the backlog must leave them their room", failed, sent)
 			}
-			if share > 0.12 {
-				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 12 %%", r.seed, 100*share)
+			if share > 0.08 {
+				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 8 %%", r.seed, 100*share)
 			}
 			if backlogRate < 85 {
 				t.Errorf("seed %d: the backlog got %.0f calls/s, want at least 85 of the 130 left", r.seed, backlogRate)
