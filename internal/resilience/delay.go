@@ -10,8 +10,9 @@ import "time"
 // capacity model); below capacity, latency does not move with concurrency.
 //
 // As in Vegas, it judges once per round: a round is as many successful
-// calls as the limit (at least roundMin), about one round trip's worth,
-// and its mean latency is the latency now. One call past a capacity of 16
+// calls as the limit (at least roundMin), about one round trip's worth —
+// or a quarter of that when those are already clearly queued
+// (clearlyQueued) — and its mean latency is the latency now. One call past a capacity of 16
 // makes calls 6 % slower, while a provider's own jitter (±20 % at
 // paymentsim's 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
 //

@@ -79,20 +79,25 @@ const (
 //   - A call abandoned without an answer (timed out, or its caller left)
 //     keeps its slot for Config.AbandonedHold after it was sent: the
 //     dependency may still be working on it, and the slot is what stands
-//     for it here (releaseAfter).
+//     for it here (releaseAfter). Held slots are a debt, not congestion:
+//     they come on top of max (top), a congestion signal halves the calls
+//     beside them and not them (decreased), and while any is held a live
+//     call is late only at the slow threshold (lateAfter).
 //   - When held slots fill the limit, one call at a time goes over it (a
 //     breaker probe at once, any other call once per open duration:
-//     acquireProbe), and a healthy answer lifts the limit to the held
-//     slots plus one: the dependency has just shown it has room beside
-//     the calls it may still hold. Slow start goes on from there.
+//     acquireProbe), and a healthy answer — this process's, or the fleet's
+//     probe (recovered) — lifts the limit to the held slots plus one: the
+//     dependency has just shown it has room beside the calls it may still
+//     hold. Slow start goes on from there.
 //   - The delay rule (Config.LimitDelayTolerance; queueDelay): once per
 //     round of healthy calls, their mean latency against the idle
 //     latency. More than the tolerance slower means calls queue at the
-//     dependency: the limit comes down to the round's concurrency over
-//     the ratio. Otherwise it grows for the next round to judge, by half
-//     until the first queue, then by one past the level that queue left,
-//     once per 8 rounds and half as often after each step that queued
-//     again (growRound). Without it, the limit would
+//     dependency: the limit comes down to one less than the round's
+//     concurrency over the ratio. A round neither idle nor queued steps it
+//     back by one once a queue has been seen. Otherwise it grows for the
+//     next round to judge, by half until the first queue, then by one past
+//     the level that queue left, once per 8 rounds and half as often after
+//     each step that queued again (growRound). Without it, the limit would
 //     grow until calls turned late, far past the dependency's capacity.
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
@@ -246,7 +251,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 }
 
 // acquireProbe is acquire, except when every slot is kept for an abandoned
-// call (see heldFor): then one call at a time takes a slot over the limit
+// call (see releaseAfter): then one call at a time takes a slot over the limit
 // instead of waiting for a hold to end — a breaker's probe (probe reports
 // whether the call is one) at once, any other call only once the limit
 // has been full of held slots for probeEvery and as long since the last
