@@ -9,38 +9,28 @@ import (
 // Resilience reads the payment protection stack's settings over the
 // defaults d. checkout and the worker read the same names, each for its own
 // policy; each binary picks its defaults (docs/design.md, "Defaults", via
-// resilience.DefaultConfig, with the worker's adjustments).
+// resilience.DefaultConfig, with the worker's adjustments). The result
+// starts as d, so a field no variable sets — Mode, which each binary
+// decides itself, and the worker's Background role — keeps d's value.
 func (r *Reader) Resilience(d resilience.Config) resilience.Config {
-	return resilience.Config{
-		Mode:              d.Mode,
-		AttemptTimeout:    r.Duration("PAYMENT_ATTEMPT_TIMEOUT", d.AttemptTimeout, time.Millisecond, time.Minute),
-		MaxAttempts:       r.Int("PAYMENT_MAX_ATTEMPTS", d.MaxAttempts, 1, 10),
-		BackoffBase:       r.Duration("PAYMENT_BACKOFF_BASE", d.BackoffBase, 0, time.Minute),
-		BackoffMax:        r.Duration("PAYMENT_BACKOFF_MAX", d.BackoffMax, 0, time.Minute),
-		WindowSize:        r.Int("BREAKER_WINDOW", d.WindowSize, 1, 1000),
-		MinCalls:          r.Int("BREAKER_MIN_CALLS", d.MinCalls, 1, 1000),
-		FailureRate:       r.Float("BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1),
-		SlowCallThreshold: r.Duration("BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute),
-		SlowCallRate:      r.Float("BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1),
-		OpenDuration:      r.Duration("BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour),
-		OpenJitter:        r.Duration("BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour),
-		OpenMax:           r.Duration("BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour),
-		AbandonedHold:     r.Duration("PAYMENT_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour),
-		HalfOpenProbes:    r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000),
-		Limit:             r.limitKind(d.Limit),
-		BulkheadSize:      r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000),
-		BulkheadWait:      r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute),
-		LimitInitial:      r.Int("PAYMENT_LIMIT_INITIAL", d.LimitInitial, 1, 10_000),
-		LimitMin:          r.Int("PAYMENT_LIMIT_MIN", d.LimitMin, 1, 10_000),
-		LimitMax:          r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000),
-		LimitBackoff:      r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99),
-		LimitLateFactor:   r.lateFactor(d.LimitLateFactor),
-		// 0 (off) up to 10: calls eleven times slower than idle.
-		LimitDelayTolerance: r.Float("PAYMENT_LIMIT_DELAY_TOLERANCE", d.LimitDelayTolerance, 0, 10),
-		// The binary's role, not a setting: the worker's policy is a
-		// background one, checkout's never.
-		Background: d.Background,
-	}
+	c := d
+	c.AttemptTimeout = r.Duration("PAYMENT_ATTEMPT_TIMEOUT", d.AttemptTimeout, time.Millisecond, time.Minute)
+	c.MaxAttempts = r.Int("PAYMENT_MAX_ATTEMPTS", d.MaxAttempts, 1, 10)
+	c.BackoffBase = r.Duration("PAYMENT_BACKOFF_BASE", d.BackoffBase, 0, time.Minute)
+	c.BackoffMax = r.Duration("PAYMENT_BACKOFF_MAX", d.BackoffMax, 0, time.Minute)
+	c = r.breaker("", c)
+	c.AbandonedHold = r.Duration("PAYMENT_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour)
+	c.Limit = r.limitKind(d.Limit)
+	c.BulkheadSize = r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000)
+	c.BulkheadWait = r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute)
+	c.LimitInitial = r.Int("PAYMENT_LIMIT_INITIAL", d.LimitInitial, 1, 10_000)
+	c.LimitMin = r.Int("PAYMENT_LIMIT_MIN", d.LimitMin, 1, 10_000)
+	c.LimitMax = r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000)
+	c.LimitBackoff = r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99)
+	c.LimitLateFactor = r.lateFactor(d.LimitLateFactor)
+	// 0 (off) up to 10: calls eleven times slower than idle.
+	c.LimitDelayTolerance = r.Float("PAYMENT_LIMIT_DELAY_TOLERANCE", d.LimitDelayTolerance, 0, 10)
+	return c
 }
 
 // limitKind reads PAYMENT_LIMIT (adaptive or static; default d).
@@ -71,14 +61,19 @@ func (r *Reader) lateFactor(d float64) float64 {
 // the same ranges. The catalog's breaker sees only cache misses, so its
 // window may well want other values than the payment's.
 func (r *Reader) CatalogBreaker(d resilience.Config) resilience.Config {
-	d.WindowSize = r.Int("CATALOG_BREAKER_WINDOW", d.WindowSize, 1, 1000)
-	d.MinCalls = r.Int("CATALOG_BREAKER_MIN_CALLS", d.MinCalls, 1, 1000)
-	d.FailureRate = r.Float("CATALOG_BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1)
-	d.SlowCallThreshold = r.Duration("CATALOG_BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute)
-	d.SlowCallRate = r.Float("CATALOG_BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
-	d.OpenDuration = r.Duration("CATALOG_BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
-	d.OpenJitter = r.Duration("CATALOG_BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
-	d.OpenMax = r.Duration("CATALOG_BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
-	d.HalfOpenProbes = r.Int("CATALOG_BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
+	return r.breaker("CATALOG_", d)
+}
+
+// breaker reads the breaker's settings, prefix + BREAKER_*, over d.
+func (r *Reader) breaker(prefix string, d resilience.Config) resilience.Config {
+	d.WindowSize = r.Int(prefix+"BREAKER_WINDOW", d.WindowSize, 1, 1000)
+	d.MinCalls = r.Int(prefix+"BREAKER_MIN_CALLS", d.MinCalls, 1, 1000)
+	d.FailureRate = r.Float(prefix+"BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1)
+	d.SlowCallThreshold = r.Duration(prefix+"BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute)
+	d.SlowCallRate = r.Float(prefix+"BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
+	d.OpenDuration = r.Duration(prefix+"BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
+	d.OpenJitter = r.Duration(prefix+"BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
+	d.OpenMax = r.Duration(prefix+"BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
+	d.HalfOpenProbes = r.Int(prefix+"BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
 	return d
 }

@@ -452,8 +452,7 @@ func TestHeldSlotsAreOnTopOfTheMaximum(t *testing.T) {
 		if got, _ := l.current(); got != 7 {
 			t.Errorf("limit %d with 3 held slots and a maximum of 4, want 7", got)
 		}
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
+		advance(10 * time.Second)
 		if got, _ := l.current(); got != 4 {
 			t.Errorf("limit %d once the holds ended, want the maximum, 4", got)
 		}

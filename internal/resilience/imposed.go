@@ -155,8 +155,9 @@ func (p *Policy) Release() {
 	if p.breaker == nil {
 		return
 	}
-	p.breaker.release()
-	p.limit.recovered()
+	if p.breaker.release() {
+		p.limit.recovered()
+	}
 }
 
 // Source returns who decides right now: SourceLocal unless an imposed state
@@ -270,13 +271,16 @@ func (b *breaker) impose(im Imposed) {
 	)
 }
 
-func (b *breaker) release() {
+// release drops the imposed state, if any, and reports whether there was
+// one.
+func (b *breaker) release() bool {
 	g := b.gate.Swap(nil)
 	if g == nil {
-		return
+		return false
 	}
 	b.winStale.Store(true)
 	b.released(g)
+	return true
 }
 
 func (b *breaker) released(g *gate) {

@@ -90,8 +90,7 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	if got := l.lateAfter(slow); got != slow {
 		t.Errorf("a slot held: lateAfter = %v, want the slow threshold", got)
 	}
-	time.Sleep(time.Second)
-	synctest.Wait()
+	advance(time.Second)
 	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("the hold over: lateAfter = %v, want %v", got, want)
 	}
@@ -106,8 +105,7 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	if got, want := bg.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("background, a slot held: lateAfter = %v, want %v", got, want)
 	}
-	time.Sleep(time.Second)
-	synctest.Wait()
+	advance(time.Second)
 	// The provider became slower for good: the average follows, and its
 	// calls stop being late instead of halving the limit for ever.
 	for range 40 {

@@ -435,12 +435,24 @@ func (l *limiter) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.healthyAt = time.Now()
-	if n := len(l.held); n >= l.limit {
-		l.limit = n + 1
+	if l.liftOverHeld() {
 		l.limitGauge.Set(float64(l.limit))
 		l.grant()
 		l.inUse.Set(float64(l.inFlight))
 	}
+}
+
+// liftOverHeld lifts a limit that every slot held for an abandoned call
+// fills to those slots plus one, and reports whether it did: the
+// dependency has just answered a call in time, so it has room for them and
+// one more, whatever it did with them. Call it with l.mu held.
+func (l *limiter) liftOverHeld() bool {
+	n := len(l.held)
+	if n < l.limit {
+		return false
+	}
+	l.limit = n + 1
+	return true
 }
 
 // heldRefuses reports whether a refusal now is the dependency's doing:
@@ -586,12 +598,7 @@ func (l *limiter) grow() {
 	roundEnded := l.roundEnded
 	l.roundEnded = false
 	l.sinceGrowth++
-	if n := len(l.held); n >= l.limit {
-		// Every slot is kept for a call the dependency never answered, and
-		// it has just answered this one in time: it has room for those and
-		// this one, whatever it did with them.
-		l.limit = n + 1
-	}
+	l.liftOverHeld()
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
 	if l.delay.on() && l.limit >= slowStartFrom {
 		if roundEnded {
@@ -632,10 +639,7 @@ func (l *limiter) growRound(pressed bool) {
 		} else {
 			l.probeRounds = minProbeRounds
 		}
-		l.ssthresh = target
-		l.limit = min(l.limit, target)
-		l.delay.restart(time.Now())
-		l.sinceRound = 0
+		l.settle(target)
 		return
 	}
 	if l.ssthresh < l.max && l.delay.warm() {
@@ -649,10 +653,7 @@ func (l *limiter) growRound(pressed bool) {
 		if l.limit > l.ssthresh {
 			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
 		}
-		l.limit = max(l.min, l.limit-1)
-		l.ssthresh = l.limit
-		l.delay.restart(time.Now())
-		l.sinceRound = 0
+		l.settle(max(l.min, l.limit-1))
 		return
 	}
 	if l.limit > l.ssthresh && l.limit < l.top() {
@@ -671,6 +672,16 @@ func (l *limiter) growRound(pressed bool) {
 	default:
 		return
 	}
+	l.delay.restart(time.Now())
+	l.sinceRound = 0
+}
+
+// settle brings the limit down to level, no higher than it is, and makes
+// level the one the next steps are taken from; the next round measures
+// the calls the new limit lets through. Call it with l.mu held.
+func (l *limiter) settle(level int) {
+	l.ssthresh = level
+	l.limit = min(l.limit, level)
 	l.delay.restart(time.Now())
 	l.sinceRound = 0
 }
