@@ -18,8 +18,16 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	c.MaxAttempts = r.Int("PAYMENT_MAX_ATTEMPTS", d.MaxAttempts, 1, 10)
 	c.BackoffBase = r.Duration("PAYMENT_BACKOFF_BASE", d.BackoffBase, 0, time.Minute)
 	c.BackoffMax = r.Duration("PAYMENT_BACKOFF_MAX", d.BackoffMax, 0, time.Minute)
-	c = r.breaker("", c)
+	c.WindowSize = r.Int("BREAKER_WINDOW", d.WindowSize, 1, 1000)
+	c.MinCalls = r.Int("BREAKER_MIN_CALLS", d.MinCalls, 1, 1000)
+	c.FailureRate = r.Float("BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1)
+	c.SlowCallThreshold = r.Duration("BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute)
+	c.SlowCallRate = r.Float("BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
+	c.OpenDuration = r.Duration("BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
+	c.OpenJitter = r.Duration("BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
+	c.OpenMax = r.Duration("BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
 	c.AbandonedHold = r.Duration("PAYMENT_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour)
+	c.HalfOpenProbes = r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
 	c.Limit = r.limitKind(d.Limit)
 	c.BulkheadSize = r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000)
 	c.BulkheadWait = r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute)
@@ -61,19 +69,16 @@ func (r *Reader) lateFactor(d float64) float64 {
 // the same ranges. The catalog's breaker sees only cache misses, so its
 // window may well want other values than the payment's.
 func (r *Reader) CatalogBreaker(d resilience.Config) resilience.Config {
-	return r.breaker("CATALOG_", d)
-}
-
-// breaker reads the breaker's settings, prefix + BREAKER_*, over d.
-func (r *Reader) breaker(prefix string, d resilience.Config) resilience.Config {
-	d.WindowSize = r.Int(prefix+"BREAKER_WINDOW", d.WindowSize, 1, 1000)
-	d.MinCalls = r.Int(prefix+"BREAKER_MIN_CALLS", d.MinCalls, 1, 1000)
-	d.FailureRate = r.Float(prefix+"BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1)
-	d.SlowCallThreshold = r.Duration(prefix+"BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute)
-	d.SlowCallRate = r.Float(prefix+"BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
-	d.OpenDuration = r.Duration(prefix+"BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
-	d.OpenJitter = r.Duration(prefix+"BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
-	d.OpenMax = r.Duration(prefix+"BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
-	d.HalfOpenProbes = r.Int(prefix+"BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
+	// Each name is spelled out, not built from a prefix: deploy/k8s's
+	// TestCodeFacts reads the names the binaries parse from these literals.
+	d.WindowSize = r.Int("CATALOG_BREAKER_WINDOW", d.WindowSize, 1, 1000)
+	d.MinCalls = r.Int("CATALOG_BREAKER_MIN_CALLS", d.MinCalls, 1, 1000)
+	d.FailureRate = r.Float("CATALOG_BREAKER_FAILURE_RATE", d.FailureRate, 0.01, 1)
+	d.SlowCallThreshold = r.Duration("CATALOG_BREAKER_SLOW_CALL_THRESHOLD", d.SlowCallThreshold, time.Millisecond, time.Minute)
+	d.SlowCallRate = r.Float("CATALOG_BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
+	d.OpenDuration = r.Duration("CATALOG_BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
+	d.OpenJitter = r.Duration("CATALOG_BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
+	d.OpenMax = r.Duration("CATALOG_BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
+	d.HalfOpenProbes = r.Int("CATALOG_BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
 	return d
 }
