@@ -1,6 +1,8 @@
 package resilience
 
-import "time"
+import (
+	"time"
+)
 
 // queueDelay tells from successful calls' latency whether calls queue at
 // the dependency: the delay signal of TCP Vegas and of Netflix's
@@ -9,12 +11,18 @@ import "time"
 // more calls than it has, so every call slows in proportion (paymentsim's
 // capacity model); below capacity, latency does not move with concurrency.
 //
-// As in Vegas, it judges once per round: a round is as many successful
-// calls as the limit (at least roundMin), about one round trip's worth —
-// or a quarter of that when those are already clearly queued
-// (clearlyQueued) — and its mean latency is the latency now. One call past a capacity of 16
-// makes calls 6 % slower, while a provider's own jitter (±20 % at
-// paymentsim's 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
+// As in Vegas, it judges once per round. A round is a cohort: the first
+// calls sent after it began, as many as the limit (at least roundMin),
+// about one round trip's worth, judged by their mean latency once every
+// one of them has returned — or by its first quarter's, once those have
+// returned, when they are already clearly queued (clearlyQueued). A
+// cohort fixed by the order calls were sent in is judged by its slow
+// calls as much as by its fast ones. The first calls to return are the
+// fastest, and a round of whichever returned first reads a queue as
+// shorter than it is: 21 calls at a provider of capacity 16, 31 % slower
+// than idle, read as 10 % in the recovery run. One call past a capacity of 16 makes calls
+// 6 % slower, while a provider's own jitter (±20 % at paymentsim's
+// 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
 //
 // The idle latency is the mean of the rounds that showed no queue (a
 // moving average, 1/8 per round), not their lowest: the lowest of a few
@@ -28,12 +36,23 @@ import "time"
 // It has no lock of its own: the limiter calls it under its mutex.
 type queueDelay struct {
 	tolerance float64
-	since     time.Time     // when this round began
-	sum       time.Duration // this round's latencies so far
-	calls     int
+	// round numbers the rounds, so that a call of a round since dropped
+	// (restart) is not counted in the next; size is the cohort's, set
+	// when its first call is sent, and seats how many have been sent.
+	round       uint64
+	size, seats int
+	busy        int                     // the calls in flight, summed over the seats as each was taken
+	all         cohort                  // the whole cohort
+	first       [len(earlyLooks)]cohort // its early looks' parts
+	// afterCut is set for a round that began as the limit came down.
+	afterCut bool
 	// mean is the last round's mean latency, idle the idle latency; both
 	// 0 before the first round. idleAt is when a round last looked idle.
-	mean, idle   time.Duration
+	mean, idle time.Duration
+	// busyMean is the last round's concurrency, early whether its first
+	// quarter judged it.
+	busyMean     float64
+	early        bool
 	idleAt       time.Time
 	lowNow       time.Duration // lowest round mean in the current bucket
 	lowBefore    time.Duration // lowest round mean in the bucket before, 0 if none
@@ -48,29 +67,94 @@ const (
 	slowStartFrom = 8
 	delayBucket   = 15 * time.Second
 	// Once a queue was seen, the limit steps past the level it came
-	// down to once per minProbeRounds round trips, and each step that
-	// meets the queue again doubles the wait, up to maxProbeRounds: a
-	// step past capacity is a round of calls above it.
-	minProbeRounds = 8
-	maxProbeRounds = 64
+	// down to once per minProbeRounds rounds (some 8 s for a limit of 12
+	// at 100 ms a call), and each step that meets the queue again
+	// doubles the wait, up to maxProbeRounds: a step past capacity is a
+	// round of calls above it.
+	minProbeRounds = 24
+	maxProbeRounds = 96
 )
 
-// add feeds the latency of one successful call sent at sent, at now, with
-// size the calls a round needs (the limit), and reports whether it ended a
-// round. A call sent before the round began measured the concurrency of
-// before, and is left out.
-func (q *queueDelay) add(now, sent time.Time, size int) bool {
-	if sent.Before(q.since) {
+// seat is a call's place in a round's cohort: its round, and its number
+// in the order the round's calls were sent, from 1; the zero seat is
+// none.
+type seat struct {
+	round uint64
+	n     int
+}
+
+// cohort counts the calls of a round that have returned, and sums the
+// latency of those that succeeded: a failure, a decline or a caller who
+// left ends its call without a latency to judge.
+type cohort struct {
+	returned, succeeded int
+	sum                 time.Duration
+}
+
+func (c *cohort) add(d time.Duration, ok bool) {
+	c.returned++
+	if ok {
+		c.succeeded++
+		c.sum += d
+	}
+}
+
+func (c cohort) mean() time.Duration { return c.sum / time.Duration(max(c.succeeded, 1)) }
+
+// take gives a call being sent, with limit the limit and inFlight the
+// calls in flight (this one included), its seat in the round's cohort, or
+// the zero seat once the cohort is full.
+func (q *queueDelay) take(limit, inFlight int) seat {
+	if q.seats == 0 {
+		q.size = max(limit, roundMin)
+	}
+	if q.seats >= q.size {
+		return seat{}
+	}
+	q.seats++
+	q.busy += inFlight
+	return seat{round: q.round, n: q.seats}
+}
+
+// concurrency is the mean of the calls in flight as the last round's
+// calls were sent: what its latency measured.
+func (q *queueDelay) concurrency() float64 { return q.busyMean }
+
+// add feeds the return, at now, of a call in seat s that took d, ok if it
+// succeeded, and reports whether it ended a round. A call of a round since
+// dropped, or sent after its cohort was full, is left out.
+func (q *queueDelay) add(now time.Time, s seat, d time.Duration, ok bool) bool {
+	if s.n == 0 || s.round != q.round {
 		return false
 	}
-	q.sum += now.Sub(sent)
-	q.calls++
-	if n := max(size, roundMin); q.calls < n && !q.clearlyQueued(n) {
-		return false
+	q.all.add(d, ok)
+	judged, early := q.all, false
+	if q.all.returned < q.size {
+		if q.afterCut {
+			return false
+		}
+		// An early look: the first quarter, then the first half of the
+		// calls sent, once all of them are back.
+		look := -1
+		for i, part := range earlyLooks {
+			if s.n <= q.size/part.of {
+				q.first[i].add(d, ok)
+				if q.first[i].returned == q.size/part.of {
+					look = i
+				}
+			}
+		}
+		if look < 0 || !q.clearlyQueued(q.first[look], earlyLooks[look].slower) {
+			return false
+		}
+		judged, early = q.first[look], true
 	}
-	q.mean = q.sum / time.Duration(q.calls)
-	q.sum, q.calls = 0, 0
-	q.since = now
+	busy := float64(q.busy) / float64(q.seats)
+	q.restart(false)
+	if judged.succeeded == 0 {
+		return false // nothing to judge by; the next round will tell
+	}
+	q.mean, q.busyMean, q.early = judged.mean(), busy, early
 	if now.After(q.bucketEndsAt) {
 		q.lowBefore, q.lowNow = q.lowNow, q.mean
 		q.bucketEndsAt = now.Add(delayBucket)
@@ -91,25 +175,40 @@ func (q *queueDelay) add(now, sent time.Time, size int) bool {
 	return true
 }
 
-// clearlyQueued reports whether the round under way, a quarter or more of
-// its n calls in, is already slower than idle by twice the tolerance: it
-// ends there. Every call a provider past its capacity starts is a call
-// over it, so the verdict should not wait for the whole round when its
-// first calls leave no doubt; eight calls' mean moves with the provider's
-// jitter by about 4 % (±20 % at 100 ms), and twice the tolerance, 10 %,
-// is well past that.
-func (q *queueDelay) clearlyQueued(n int) bool {
-	if q.idle <= 0 || q.calls < n/4 {
-		return false
-	}
-	mean := q.sum / time.Duration(q.calls)
-	return float64(mean) > float64(q.idle)*(1+2*q.tolerance)
+// earlyLooks are the parts of a round that may end it before all of its
+// calls are back: its first quarter if those are slower than idle by twice
+// the tolerance, its first half if by three times. Every call a provider
+// past its capacity starts is a call over it, so the verdict should not
+// wait for the whole round when its first calls leave no doubt. Eight
+// calls' mean moves with the provider's jitter by about 4 % (±20 % at
+// 100 ms), sixteen calls' by 3 %: 10 % and 15 % are well past that, and
+// past the 12 % that one slow-start step beyond a provider's capacity
+// shows on its own. The first calls after a step started beside fewer
+// calls than those after them, and read a queue as shorter than it is;
+// the half is the look that catches what the quarter reads too low.
+var earlyLooks = [...]struct {
+	of     int     // the look is the first 1/of of the round's calls
+	slower float64 // in tolerances
+}{{4, 2}, {2, 3}}
+
+// clearlyQueued reports whether the calls c, all returned, are slower than
+// idle by more than k tolerances.
+func (q *queueDelay) clearlyQueued(c cohort, k float64) bool {
+	return q.idle > 0 && c.succeeded > 0 && float64(c.mean()) > float64(q.idle)*(1+k*q.tolerance)
 }
 
-// restart drops the round under way at now: the limit has just come
-// down, and the next round should measure the calls the new limit lets
-// through.
-func (q *queueDelay) restart(now time.Time) { q.sum, q.calls, q.since = 0, 0, now }
+// restart drops the round under way: the limit has just moved, and the
+// next round should measure the calls the new limit lets through. The
+// calls of this one still in flight are not counted in the next. After a
+// cut (down), the calls above the new limit are still at the dependency
+// and slow the first calls sent after it: only the whole round judges
+// that one, without early looks.
+func (q *queueDelay) restart(down bool) {
+	q.round++
+	q.seats, q.busy = 0, 0
+	q.all, q.first = cohort{}, [len(earlyLooks)]cohort{}
+	q.afterCut = down
+}
 
 // on reports whether the delay rule is on (Config.LimitDelayTolerance).
 func (q *queueDelay) on() bool { return q.tolerance > 0 }
@@ -117,14 +216,6 @@ func (q *queueDelay) on() bool { return q.tolerance > 0 }
 // queued reports whether the last round was more than the tolerance
 // slower than the idle latency: calls queue at the dependency.
 func (q *queueDelay) queued() bool { return q.ratio() > 1+q.tolerance }
-
-// warm reports whether the last round was neither idle nor queued: slower
-// than the idle latency by more than half the tolerance (the most an idle
-// round may be, see add) but not by more than the tolerance.
-func (q *queueDelay) warm() bool {
-	r := q.ratio()
-	return r > 1+q.tolerance/2 && r <= 1+q.tolerance
-}
 
 // ratio is the last round's latency over the idle latency: 1 for no
 // queue, 1.25 when calls took a quarter longer than they did idle; 1

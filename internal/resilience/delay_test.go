@@ -149,14 +149,17 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 // without it, on one provider of capacity 16, as the worker and checkout
 // share the payment provider after an outage. The backlog's limit comes
 // down to leave the live calls their room — none is refused or fails —
-// while the backlog takes most of what is left. It does cross the
-// capacity now and then: 30 live calls a second hold 2 to 4 calls in
-// flight, and one call past 16 among that variation reads as less than
-// the tolerance. Six draws of the provider's jitter: 4.0–6.8 % of calls
-// above capacity (8 to 37 % before rounds that are neither idle nor queued
-// stepped the limit back, clearly queued rounds ended early, and a queue
-// left one call of room beside the backlog), against 60 % and more without
-// the rule, the last case.
+// while the backlog takes most of what is left. Every call that starts
+// with more than 16 in flight counts, and 30 live calls a second hold 2
+// to 4 calls in flight: a backlog one call past its share is above
+// capacity half the time while its rounds read less than the tolerance,
+// so the limit has to find its share in the slow-start crossing and not
+// step past it again for long. Six draws of the provider's jitter:
+// 2.0–2.9 % of calls above capacity. Judging a round by its first calls
+// back instead of the calls sent in it gave up to 5.9 %, a clear queue
+// cut by its ratio instead of back to the last calm level 4.3–6.0 %, a
+// step past that level every 8 rounds instead of 24 up to 17 %, and no
+// rule, the last case, 60 % and more.
 func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 	t.Parallel()
 	type run struct {
@@ -220,12 +223,153 @@ func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 			if failed > 0 {
 				t.Errorf("%d of %d live calls failed: the backlog must leave them their room", failed, sent)
 			}
-			if share > 0.08 {
-				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 8 %%", r.seed, 100*share)
+			if share > 0.04 {
+				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 4 %%", r.seed, 100*share)
 			}
 			if backlogRate < 85 {
 				t.Errorf("seed %d: the backlog got %.0f calls/s, want at least 85 of the 130 left", r.seed, backlogRate)
 			}
 		})
+	}
+}
+
+// A round is the calls sent in it, judged once all of them have returned:
+// calls sent after its cohort was full that come back first do not stand
+// in for the cohort's slow ones, and calls of a round since dropped are
+// not counted in the next.
+func TestARoundIsTheCallsSentInIt(t *testing.T) {
+	q := queueDelay{tolerance: 0.05}
+	now := time.Unix(0, 0)
+	seats := func(n int) []seat {
+		var s []seat
+		for i := range n {
+			s = append(s, q.take(32, i+1))
+		}
+		return s
+	}
+	// An idle round sets the idle latency.
+	for _, s := range seats(32) {
+		q.add(now.Add(100*time.Millisecond), s, 100*time.Millisecond, true)
+	}
+	if q.idle != 100*time.Millisecond {
+		t.Fatalf("idle %v after a round of 100 ms calls, want 100ms", q.idle)
+	}
+
+	// A dropped round's calls return into the next one.
+	stale := seats(4)
+	q.restart(false)
+	round := seats(40) // 32 in the cohort, 8 sent after it was full
+	for _, s := range stale {
+		if q.add(now, s, 100*time.Millisecond, true) {
+			t.Fatal("a call of a dropped round ended the round after it")
+		}
+	}
+	// Of the cohort, the first 16 sent take 100 ms, the other 16 150 ms;
+	// the 8 sent after it 100 ms, and they come back before the slow 16.
+	ended := false
+	for _, s := range append(append(round[:16:16], round[32:]...), round[16:32]...) {
+		d := 100 * time.Millisecond
+		if s.n > 16 {
+			d = 150 * time.Millisecond
+		}
+		if ended {
+			t.Fatalf("the round ended before its call %d returned", s.n)
+		}
+		ended = q.add(now, s, d, true)
+	}
+	if !ended {
+		t.Fatal("the round did not end when the last of its calls returned")
+	}
+	if got := q.ratio(); got < 1.24 || got > 1.26 {
+		t.Errorf("ratio %.3f, want 1.25: the mean of the 32 calls sent in the round", got)
+	}
+	if q.early {
+		t.Error("judged by its first quarter, whose calls were not slow")
+	}
+
+	// A round whose first quarter, all returned, is 20 % slower ends there.
+	round = seats(32)
+	for i, s := range round[:8] {
+		if q.add(now, s, 120*time.Millisecond, true) != (i == 7) {
+			t.Fatalf("after %d of the first quarter's 8 calls: ended %v", i+1, i != 7)
+		}
+	}
+	if !q.early || q.ratio() < 1.19 {
+		t.Errorf("early %v, ratio %.3f: want the first quarter's verdict, 1.2", q.early, q.ratio())
+	}
+
+	// A first quarter 8 % slower, the calls sent at once after a step,
+	// does not end it; a first half 20 % slower does.
+	round = seats(32)
+	for i, s := range round[:16] {
+		d := 108 * time.Millisecond
+		if i >= 8 {
+			d = 132 * time.Millisecond
+		}
+		if q.add(now, s, d, true) != (i == 15) {
+			t.Fatalf("after %d of the first half's 16 calls: ended %v", i+1, i != 15)
+		}
+	}
+	if !q.early || q.ratio() < 1.19 {
+		t.Errorf("early %v, ratio %.3f: want the first half's verdict, 1.2", q.early, q.ratio())
+	}
+
+	// After a cut the calls above the new limit slow the first ones sent:
+	// only the whole round judges.
+	q.restart(true)
+	round = seats(32)
+	for i, s := range round {
+		if q.add(now, s, 130*time.Millisecond, true) != (i == 31) {
+			t.Fatalf("a round begun by a cut: after %d of its 32 calls, ended %v", i+1, i != 31)
+		}
+	}
+	if q.early {
+		t.Error("a round begun by a cut was judged by an early look")
+	}
+}
+
+// A limit that has held at a level for a round is cut by a queue only when
+// the next round shows it too: one round's mean, 2 % of noise at a
+// provider's ±20 % jitter, reads a twentieth slower now and then on a
+// machine busy with the rest of the stack, and each such reading cut the
+// worker by two calls in the recovery run, from 12 to 8 in three seconds.
+func TestASettledLimitIsCutByTwoQueuedRoundsInARow(t *testing.T) {
+	l := newAdaptiveLimiter(16, 1, 20, 0.5, 0, testLimiterMetrics())
+	l.delay.tolerance = 0.05
+	l.ssthresh = 16 // a queue has been seen, and the limit settled here
+	// round sends a round's 32 calls 16 at a time, each taking d.
+	round := func(d time.Duration) int {
+		for range roundMin / 16 {
+			for range 16 {
+				if err := l.acquire(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seats := make([]seat, 16)
+			for i := range seats {
+				seats[i] = l.sending() // 16 in flight as each is sent
+			}
+			for _, s := range seats {
+				l.returned(s, time.Now().Add(-d), true)
+				l.release(healthy)
+			}
+		}
+		limit, _ := l.current()
+		return limit
+	}
+	round(100 * time.Millisecond) // the idle latency
+	round(100 * time.Millisecond) // the level has held
+	for i, tt := range []struct {
+		latency time.Duration
+		want    int
+	}{
+		{106 * time.Millisecond, 16}, // one queued round: not yet
+		{100 * time.Millisecond, 16},
+		{106 * time.Millisecond, 16}, // one again
+		{106 * time.Millisecond, 14}, // and a second in a row: 16 / 1.06 - 1
+	} {
+		if got := round(tt.latency); got != tt.want {
+			t.Fatalf("round %d at %v: limit %d, want %d", i+1, tt.latency, got, tt.want)
+		}
 	}
 }

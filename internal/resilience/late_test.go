@@ -77,7 +77,7 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	if got := l.lateAfter(slow); got != slow {
 		t.Errorf("no calls yet: lateAfter = %v, want the slow threshold", got)
 	}
-	l.observe(time.Now().Add(-200 * time.Millisecond))
+	l.returned(seat{}, time.Now().Add(-200*time.Millisecond), true)
 	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("average 200 ms: lateAfter = %v, want %v", got, want)
 	}
@@ -97,7 +97,7 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	// A background limit is the one that gives way: held slots or not.
 	bg := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	bg.lateFactor, bg.yields = 1.5, true
-	bg.observe(time.Now().Add(-200 * time.Millisecond))
+	bg.returned(seat{}, time.Now().Add(-200*time.Millisecond), true)
 	if err := bg.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	// The provider became slower for good: the average follows, and its
 	// calls stop being late instead of halving the limit for ever.
 	for range 40 {
-		l.observe(time.Now().Add(-350 * time.Millisecond))
+		l.returned(seat{}, time.Now().Add(-350*time.Millisecond), true)
 	}
 	if got := l.lateAfter(slow); got != slow {
 		t.Errorf("average ~350 ms: lateAfter = %v, want the slow threshold (capped)", got)
@@ -117,7 +117,7 @@ func testLateAfterFollowsTheAverageWithinBounds(t *testing.T) {
 	// A provider answering in a millisecond: noise is not congestion.
 	fast := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	fast.lateFactor = 1.5
-	fast.observe(time.Now().Add(-time.Millisecond))
+	fast.returned(seat{}, time.Now().Add(-time.Millisecond), true)
 	if got, want := fast.lateAfter(slow), slow/2; got != want {
 		t.Errorf("average 1 ms: lateAfter = %v, want %v (half the slow threshold)", got, want)
 	}

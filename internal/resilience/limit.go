@@ -90,15 +90,17 @@ const (
 //     dependency has just shown it has room beside the calls it may still
 //     hold. Slow start goes on from there.
 //   - The delay rule (Config.LimitDelayTolerance; queueDelay): once per
-//     round of healthy calls, their mean latency against the idle
-//     latency. More than the tolerance slower means calls queue at the
-//     dependency: the limit comes down to one less than the round's
-//     concurrency over the ratio. A round neither idle nor queued steps it
-//     back by one once a queue has been seen. Otherwise it grows for the
-//     next round to judge, by half until the first queue, then by one past
-//     the level that queue left, once per 8 rounds and half as often after
-//     each step that queued again (growRound). Without it, the limit would
-//     grow until calls turned late, far past the dependency's capacity.
+//     round — the calls sent after the last one, judged once they have
+//     all returned — their mean latency against the idle latency. More
+//     than the tolerance slower means calls queue at the dependency: the
+//     limit comes down to one less than the round's concurrency over the
+//     ratio, or to the last calm level if the round's first quarter was
+//     already clearly queued. Otherwise it grows for the next round to
+//     judge, by half until the first queue (slow start), then by one past
+//     the level that queue left, once per 24 rounds and half as often
+//     after each step that queued again (growRound). Without it, the
+//     limit would grow until calls turned late, far past the dependency's
+//     capacity.
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
 // added by an increase, goes to the caller that has waited longest.
@@ -159,6 +161,8 @@ type limiter struct {
 	sinceGrowth int
 	sinceRound  int
 	probeRounds int
+	calmLevel   int // the last limit a round found not queued, 0 before the first
+	doubt       bool
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -494,20 +498,36 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	return min(max(time.Duration(float64(avg)*l.lateFactor), slow/2), slow)
 }
 
-// observe adds a successful call's latency to the moving average (weight
-// 1/8, like TCP's smoothed round-trip time, RFC 6298), and to the delay
-// rule's estimate. Every successful call counts, late ones too, so a
-// dependency that has become slower for good moves the average, and with
-// it lateAfter, instead of being halved for ever.
-func (l *limiter) observe(sent time.Time) {
+// sending gives a call about to be sent its seat in the delay rule's
+// round (queueDelay): the zero seat when the rule is off or the round's
+// cohort is full.
+func (l *limiter) sending() seat {
+	if !l.adaptive || !l.delay.on() {
+		return seat{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.delay.take(l.limit, l.inFlight)
+}
+
+// returned tells the limit that a call sent at sent in seat s has
+// returned, ok if it succeeded. The delay rule's round counts it; a
+// success's latency is also added to the moving average (weight 1/8, like
+// TCP's smoothed round-trip time, RFC 6298). Every successful call counts,
+// late ones too, so a dependency that has become slower for good moves the
+// average, and with it lateAfter, instead of being halved for ever.
+func (l *limiter) returned(s seat, sent time.Time, ok bool) {
 	now := time.Now()
 	d := now.Sub(sent)
-	if l.adaptive && l.delay.on() {
+	if s.n > 0 {
 		l.mu.Lock()
-		if l.delay.add(now, sent, l.limit) {
+		if l.delay.add(now, s, d, ok) {
 			l.roundEnded = true
 		}
 		l.mu.Unlock()
+	}
+	if !ok {
+		return
 	}
 	for {
 		old := l.latency.Load()
@@ -568,7 +588,7 @@ func (l *limiter) adapt(s signal) bool {
 	case congested:
 		l.limit = l.decreased()
 		if l.limit != old {
-			l.delay.restart(time.Now())
+			l.delay.restart(true)
 		}
 	}
 	return l.limit != old
@@ -615,25 +635,43 @@ func (l *limiter) grow() {
 	l.step(l.limit + 1)
 }
 
-// growRound is the delay rule's verdict on the round that just ended. A
-// queue brings the limit down to one less than the round's concurrency
-// over the ratio (at most halved): past capacity a provider's latency
-// grows with the calls it holds — all of them, the live calls beside this
-// limit's too. This limit sees only its own, so its own over the ratio is
-// the most it may keep, and the one less leaves the others room for their
-// next call (TestTheBacklogLeavesLiveCallsTheirShare: 4.0–6.8 % of calls
-// above capacity with it, 4.7–10.9 % without). Without a queue, and with
-// the load pressing, the limit grows
-// for the next round to judge: by half until the first queue (slow start,
-// all at once, so the round measures the new level and not the way up to
-// it), then by one each probeRounds rounds — each step past capacity is a
-// round of calls above it, so a step that meets the queue again doubles
-// the wait for the next.
+// growRound is the delay rule's verdict on the round that just ended.
+//
+// A queue brings the limit down. Past capacity a provider's latency grows
+// with every call it holds, the live calls beside this limit's too; this
+// limit sees only its own, so its own concurrency over the ratio is the
+// most it may keep, and one less leaves the others room for their next
+// call. A round whose first quarter was already clearly queued went past
+// capacity by more than a call or two, and the limit goes back to the last
+// level a round found calm, when that is lower: the first quarter is the
+// calls sent first after a step, which started beside fewer calls than
+// the ones after them and read the queue as shorter than it is (paymentsim
+// fixes a charge's latency as it starts, as a busy server's queue does).
+//
+// Without a queue, and with the load pressing, the limit grows for the
+// next round to judge: by half until the first queue (slow start, all at
+// once, so that the round measures the new level and not the way up to
+// it); by half again, up to the last queue's level, when a congestion
+// signal halved it below that level (the halving answers a moment, the
+// level was measured); and by one past that level once per probeRounds
+// rounds. Each step past capacity is a round of calls above it, every one
+// of which counts, so the first such step waits minProbeRounds — longer
+// than the backlog of a 20-second outage takes to drain — and each step
+// that meets the queue again doubles the wait for the next.
 func (l *limiter) growRound(pressed bool) {
 	l.sinceRound++
+	doubt := l.doubt
+	l.doubt = false
 	if l.delay.queued() {
-		measured := l.limit
-		target := max(l.min, measured/2, min(measured-1, int(float64(measured)/l.delay.ratio()+0.5)-1))
+		if settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1; settled && !l.delay.early && !doubt {
+			l.doubt = true // a level that held: one round's word is not enough
+			return
+		}
+		measured := min(l.limit, int(l.delay.concurrency()+0.5))
+		target := max(l.min, l.limit/2, min(l.limit-1, int(float64(measured)/l.delay.ratio()+0.5)-1))
+		if l.delay.early && l.calmLevel > 0 {
+			target = max(l.min, min(target, l.calmLevel))
+		}
 		if l.ssthresh < l.max && measured <= l.ssthresh+1 {
 			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
 		} else {
@@ -642,37 +680,26 @@ func (l *limiter) growRound(pressed bool) {
 		l.settle(target)
 		return
 	}
-	if l.ssthresh < l.max && l.delay.warm() {
-		// Neither idle nor queued: calls take longer than idle by less
-		// than the tolerance, which a provider at its capacity shows
-		// when the live calls beside the backlog go up and down by a
-		// call or two. Past the first queue the limit steps back by
-		// one rather than sit at the edge, so that it settles where
-		// rounds look idle, with room below capacity for that
-		// variation; a step that met this counts as meeting the queue.
-		if l.limit > l.ssthresh {
-			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
-		}
-		l.settle(max(l.min, l.limit-1))
-		return
-	}
 	if l.limit > l.ssthresh && l.limit < l.top() {
 		// A step past the last queue's level met none: the level holds.
 		l.ssthresh = l.limit
 		l.probeRounds = max(minProbeRounds, l.probeRounds/2)
 	}
+	l.calmLevel = l.limit
 	if !pressed || l.limit >= l.top() {
 		return
 	}
 	switch {
 	case l.ssthresh >= l.max:
 		l.step(min(l.top(), max(l.limit+1, l.limit*3/2)))
+	case l.limit < l.ssthresh:
+		l.step(min(l.ssthresh, max(l.limit+1, l.limit*3/2)))
 	case l.sinceRound >= l.probeRounds:
 		l.step(l.limit + 1)
 	default:
 		return
 	}
-	l.delay.restart(time.Now())
+	l.delay.restart(false)
 	l.sinceRound = 0
 }
 
@@ -681,8 +708,9 @@ func (l *limiter) growRound(pressed bool) {
 // the calls the new limit lets through. Call it with l.mu held.
 func (l *limiter) settle(level int) {
 	l.ssthresh = level
+	down := level < l.limit
 	l.limit = min(l.limit, level)
-	l.delay.restart(time.Now())
+	l.delay.restart(down)
 	l.sinceRound = 0
 }
 

@@ -249,6 +249,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		return v, false, err
 	}
 	c.startClock()
+	seat := p.limit.sending()
 	sent := time.Now()
 	completed := false
 	defer func() {
@@ -257,6 +258,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		// forever. A panic is a bug of ours, not the dependency's
 		// congestion, so the limit hears nothing. The panic carries on.
 		if !completed {
+			p.limit.returned(seat, sent, false)
 			c.finish(errReportFailure, p.breaker.calls.failure)
 			p.limit.release(noSignal)
 		}
@@ -269,10 +271,10 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	// slow timer already reported (finish returns false) is not told again.
 	// Timeouts and transient errors are congestion; successes are health;
 	// final answers and callers that gave up are neither.
+	p.limit.returned(seat, sent, err == nil)
 	s := noSignal
 	switch {
 	case err == nil:
-		p.limit.observe(sent)
 		if c.finish(nil, calls.success) {
 			s = healthy
 		}
