@@ -329,10 +329,11 @@ func TestARoundIsTheCallsSentInIt(t *testing.T) {
 }
 
 // A limit that has held at a level for a round is cut by a queue only when
-// the next round shows it too: one round's mean, 2 % of noise at a
-// provider's ±20 % jitter, reads a twentieth slower now and then on a
-// machine busy with the rest of the stack, and each such reading cut the
-// worker by two calls in the recovery run, from 12 to 8 in three seconds.
+// the next round shows it too. One round's mean has 2 % of noise at a
+// provider's ±20 % jitter, and on a machine busy with the rest of the
+// stack more: in one recovery run two of twelve rounds at levels below the
+// provider's capacity read a twentieth slower, and each cut the worker by
+// two calls, from 12 to 8 in under 2 s.
 func TestASettledLimitIsCutByTwoQueuedRoundsInARow(t *testing.T) {
 	l := newAdaptiveLimiter(16, 1, 20, 0.5, 0, testLimiterMetrics())
 	l.delay.tolerance = 0.05

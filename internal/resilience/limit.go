@@ -154,14 +154,16 @@ type limiter struct {
 	// there before its next step past it; sinceRound counts the rounds
 	// since the limit last moved. roundEnded is set when a call ends a
 	// round, for the grow that follows. sinceGrowth counts healthy calls
-	// since the limit last grew.
+	// since the limit last grew. calmLevel is the last limit a round
+	// found not queued (0 before the first), and doubt is set when one
+	// queued round at a level that had held has not moved it yet.
 	delay       queueDelay
 	ssthresh    int
 	roundEnded  bool
 	sinceGrowth int
 	sinceRound  int
 	probeRounds int
-	calmLevel   int // the last limit a round found not queued, 0 before the first
+	calmLevel   int
 	doubt       bool
 
 	limitGauge prometheus.Gauge
@@ -664,7 +666,7 @@ func (l *limiter) growRound(pressed bool) {
 	l.doubt = false
 	if l.delay.queued() {
 		if settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1; settled && !l.delay.early && !doubt {
-			l.doubt = true // a level that held: one round's word is not enough
+			l.doubt = true // at a level that held, one round's word is not enough
 			return
 		}
 		measured := min(l.limit, int(l.delay.concurrency()+0.5))
