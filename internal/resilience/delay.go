@@ -137,14 +137,14 @@ func (q *queueDelay) add(now time.Time, s seat, d time.Duration, ok bool) bool {
 		// calls sent, once all of them are back.
 		look := -1
 		for i, part := range earlyLooks {
-			if s.n <= q.size/part.of {
+			if s.n <= q.size/part {
 				q.first[i].add(d, ok)
-				if q.first[i].returned == q.size/part.of {
+				if q.first[i].returned == q.size/part {
 					look = i
 				}
 			}
 		}
-		if look < 0 || !q.clearlyQueued(q.first[look], earlyLooks[look].slower) {
+		if look < 0 || !q.clearlyQueued(q.first[look]) {
 			return false
 		}
 		judged, early = q.first[look], true
@@ -176,25 +176,25 @@ func (q *queueDelay) add(now time.Time, s seat, d time.Duration, ok bool) bool {
 }
 
 // earlyLooks are the parts of a round that may end it before all of its
-// calls are back: its first quarter if those are slower than idle by twice
-// the tolerance, its first half if by three times. Every call a provider
-// past its capacity starts is a call over it, so the verdict should not
-// wait for the whole round when its first calls leave no doubt. Eight
-// calls' mean moves with the provider's jitter by about 4 % (±20 % at
-// 100 ms), sixteen calls' by 3 %: 10 % and 15 % are well past that, and
-// past the 12 % that one slow-start step beyond a provider's capacity
-// shows on its own. The first calls after a step started beside fewer
-// calls than those after them, and read a queue as shorter than it is;
-// the half is the look that catches what the quarter reads too low.
-var earlyLooks = [...]struct {
-	of     int     // the look is the first 1/of of the round's calls
-	slower float64 // in tolerances
-}{{4, 2}, {2, 3}}
+// calls are back: its first quarter, then its first half, each once all
+// of its calls are, if they are slower than idle by earlySlower
+// tolerances. Every call a provider past its capacity starts is a call
+// over it, so the verdict should not wait for the whole round when its
+// first calls leave no doubt. Eight calls' mean moves with the provider's
+// jitter by about 4 % (±20 % at 100 ms), sixteen calls' by 3 %: 15 % is
+// well past both, and past the 12.5 % that a lone backlog's slow-start
+// step from 12 to 18 calls at a capacity of 16 shows, which the whole
+// round sizes better. The first calls after a step started beside fewer
+// calls than those after them and read a queue as shorter than it is; the
+// half catches what the quarter reads too low.
+var earlyLooks = [...]int{4, 2}
+
+const earlySlower = 3
 
 // clearlyQueued reports whether the calls c, all returned, are slower than
-// idle by more than k tolerances.
-func (q *queueDelay) clearlyQueued(c cohort, k float64) bool {
-	return q.idle > 0 && c.succeeded > 0 && float64(c.mean()) > float64(q.idle)*(1+k*q.tolerance)
+// idle by more than earlySlower tolerances.
+func (q *queueDelay) clearlyQueued(c cohort) bool {
+	return q.idle > 0 && c.succeeded > 0 && float64(c.mean()) > float64(q.idle)*(1+earlySlower*q.tolerance)
 }
 
 // restart drops the round under way: the limit has just moved, and the

@@ -155,11 +155,11 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 // capacity half the time while its rounds read less than the tolerance,
 // so the limit has to find its share in the slow-start crossing and not
 // step past it again for long. Six draws of the provider's jitter:
-// 2.0–2.9 % of calls above capacity. Judging a round by its first calls
-// back instead of the calls sent in it gave up to 5.9 %, a clear queue
-// cut by its ratio instead of back to the last calm level 4.3–6.0 %, a
-// step past that level every 8 rounds instead of 24 up to 17 %, and no
-// rule, the last case, 60 % and more.
+// 2.0–3.2 % of calls above capacity. At the first draw, judging a round by
+// its first calls back instead of the calls sent in it gave 4.5 %, a clear
+// queue cut by its ratio instead of back to the last calm level 6.4 %, a
+// step past that level every 8 rounds instead of 24 21 %, and no rule,
+// the last case, 63 %.
 func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 	t.Parallel()
 	type run struct {

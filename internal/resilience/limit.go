@@ -94,8 +94,8 @@ const (
 //     all returned — their mean latency against the idle latency. More
 //     than the tolerance slower means calls queue at the dependency: the
 //     limit comes down to one less than the round's concurrency over the
-//     ratio, or to the last calm level if the round's first quarter was
-//     already clearly queued. Otherwise it grows for the next round to
+//     ratio, or to the last calm level if the round's first quarter or
+//     half was already clearly queued. Otherwise it grows for the next round to
 //     judge, by half until the first queue (slow start), then by one past
 //     the level that queue left, once per 24 rounds and half as often
 //     after each step that queued again (growRound). Without it, the
@@ -643,9 +643,9 @@ func (l *limiter) grow() {
 // with every call it holds, the live calls beside this limit's too; this
 // limit sees only its own, so its own concurrency over the ratio is the
 // most it may keep, and one less leaves the others room for their next
-// call. A round whose first quarter was already clearly queued went past
-// capacity by more than a call or two, and the limit goes back to the last
-// level a round found calm, when that is lower: the first quarter is the
+// call. A round whose first quarter or half was already clearly queued
+// went past capacity by more than a call or two, and the limit goes back
+// to the last level a round found calm, when that is lower: those are the
 // calls sent first after a step, which started beside fewer calls than
 // the ones after them and read the queue as shorter than it is (paymentsim
 // fixes a charge's latency as it starts, as a busy server's queue does).
