@@ -1,8 +1,6 @@
 package resilience
 
-import (
-	"time"
-)
+import "time"
 
 // queueDelay tells from successful calls' latency whether calls queue at
 // the dependency: the delay signal of TCP Vegas and of Netflix's
@@ -13,14 +11,14 @@ import (
 //
 // As in Vegas, it judges once per round. A round is a cohort: the first
 // calls sent after it began, as many as the limit (at least roundMin),
-// about one round trip's worth, judged by their mean latency once every
-// one of them has returned — or by its first quarter's, once those have
-// returned, when they are already clearly queued (clearlyQueued). A
-// cohort fixed by the order calls were sent in is judged by its slow
-// calls as much as by its fast ones. The first calls to return are the
-// fastest, and a round of whichever returned first reads a queue as
-// shorter than it is: 21 calls at a provider of capacity 16, 31 % slower
-// than idle, read as 10 % in the recovery run. One call past a capacity of 16 makes calls
+// about one round trip's worth, judged by the mean latency of those that
+// succeeded once every one of them has returned — or by its first quarter
+// or first half, once those have returned, when they are already clearly
+// queued (earlyLooks). A cohort fixed by the order its calls were sent in
+// is judged by its slow calls as much as by its fast ones; a call that
+// timed out or failed is a congestion signal of its own. The first calls
+// to return are the fastest, and a round of whichever returned first
+// reads a queue as shorter than it is. One call past a capacity of 16 makes calls
 // 6 % slower, while a provider's own jitter (±20 % at paymentsim's
 // 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
 //
@@ -41,7 +39,6 @@ type queueDelay struct {
 	// when its first call is sent, and seats how many have been sent.
 	round       uint64
 	size, seats int
-	busy        int                     // the calls in flight, summed over the seats as each was taken
 	all         cohort                  // the whole cohort
 	first       [len(earlyLooks)]cohort // its early looks' parts
 	// afterCut is set for a round that began as the limit came down.
@@ -49,8 +46,8 @@ type queueDelay struct {
 	// mean is the last round's mean latency, idle the idle latency; both
 	// 0 before the first round. idleAt is when a round last looked idle.
 	mean, idle time.Duration
-	// busyMean is the last round's concurrency, early whether its first
-	// quarter judged it.
+	// busyMean is the last round's concurrency, early whether one of its
+	// early looks judged it.
 	busyMean     float64
 	early        bool
 	idleAt       time.Time
@@ -83,12 +80,14 @@ type seat struct {
 	n     int
 }
 
-// cohort counts the calls of a round that have returned, and sums the
-// latency of those that succeeded: a failure, a decline or a caller who
-// left ends its call without a latency to judge.
+// cohort counts the calls of a round, or of its first part, that have
+// returned, and sums the latency of those that succeeded: a failure, a
+// decline or a caller who left ends its call without a latency to judge.
+// busy sums the calls in flight as each of its calls was sent.
 type cohort struct {
 	returned, succeeded int
 	sum                 time.Duration
+	busy                int
 }
 
 func (c *cohort) add(d time.Duration, ok bool) {
@@ -112,7 +111,12 @@ func (q *queueDelay) take(limit, inFlight int) seat {
 		return seat{}
 	}
 	q.seats++
-	q.busy += inFlight
+	q.all.busy += inFlight
+	for i, part := range earlyLooks {
+		if q.seats <= q.size/part {
+			q.first[i].busy += inFlight
+		}
+	}
 	return seat{round: q.round, n: q.seats}
 }
 
@@ -149,7 +153,7 @@ func (q *queueDelay) add(now time.Time, s seat, d time.Duration, ok bool) bool {
 		}
 		judged, early = q.first[look], true
 	}
-	busy := float64(q.busy) / float64(q.seats)
+	busy := float64(judged.busy) / float64(judged.returned)
 	q.restart(false)
 	if judged.succeeded == 0 {
 		return false // nothing to judge by; the next round will tell
@@ -197,15 +201,15 @@ func (q *queueDelay) clearlyQueued(c cohort) bool {
 	return q.idle > 0 && c.succeeded > 0 && float64(c.mean()) > float64(q.idle)*(1+earlySlower*q.tolerance)
 }
 
-// restart drops the round under way: the limit has just moved, and the
-// next round should measure the calls the new limit lets through. The
-// calls of this one still in flight are not counted in the next. After a
-// cut (down), the calls above the new limit are still at the dependency
-// and slow the first calls sent after it: only the whole round judges
-// that one, without early looks.
+// restart drops the round under way, when a round ended or the limit
+// moved: the next round should measure the calls the limit now lets
+// through. The calls of this one still in flight are not counted in the
+// next. After a cut (down), the calls above the new limit are still at
+// the dependency and slow the first calls sent after it: only the whole
+// round judges that one, without early looks.
 func (q *queueDelay) restart(down bool) {
 	q.round++
-	q.seats, q.busy = 0, 0
+	q.seats = 0
 	q.all, q.first = cohort{}, [len(earlyLooks)]cohort{}
 	q.afterCut = down
 }

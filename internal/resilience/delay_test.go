@@ -155,11 +155,11 @@ func TestTheLimitStopsAtTheProvidersCapacity(t *testing.T) {
 // capacity half the time while its rounds read less than the tolerance,
 // so the limit has to find its share in the slow-start crossing and not
 // step past it again for long. Six draws of the provider's jitter:
-// 2.0–3.2 % of calls above capacity. At the first draw, judging a round by
-// its first calls back instead of the calls sent in it gave 4.5 %, a clear
-// queue cut by its ratio instead of back to the last calm level 6.4 %, a
-// step past that level every 8 rounds instead of 24 21 %, and no rule,
-// the last case, 63 %.
+// 2.0–3.2 % of calls above capacity. At the first draw the rule gives
+// 4.5 % if a round is the first calls back rather than the calls sent in
+// it, 6.4 % if a clear queue is cut by its ratio rather than back to the
+// last calm level, 21 % if it steps past that level every 8 rounds rather
+// than 24, and without it, the last case, 63 %.
 func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 	t.Parallel()
 	type run struct {
@@ -238,6 +238,7 @@ func TestTheBacklogLeavesLiveCallsTheirShare(t *testing.T) {
 // in for the cohort's slow ones, and calls of a round since dropped are
 // not counted in the next.
 func TestARoundIsTheCallsSentInIt(t *testing.T) {
+	t.Parallel()
 	q := queueDelay{tolerance: 0.05}
 	now := time.Unix(0, 0)
 	seats := func(n int) []seat {
@@ -247,7 +248,10 @@ func TestARoundIsTheCallsSentInIt(t *testing.T) {
 		}
 		return s
 	}
-	// An idle round sets the idle latency.
+	// A call sent with no seat (the cohort full, or the rule off) is not
+	// counted, in the first round as in any other; an idle round sets the
+	// idle latency.
+	q.add(now, seat{}, time.Second, true)
 	for _, s := range seats(32) {
 		q.add(now.Add(100*time.Millisecond), s, 100*time.Millisecond, true)
 	}
@@ -330,47 +334,85 @@ func TestARoundIsTheCallsSentInIt(t *testing.T) {
 
 // A limit that has held at a level for a round is cut by a queue only when
 // the next round shows it too. One round's mean has 2 % of noise at a
-// provider's ±20 % jitter, and on a machine busy with the rest of the
-// stack more: in one recovery run two of twelve rounds at levels below the
-// provider's capacity read a twentieth slower, and each cut the worker by
-// two calls, from 12 to 8 in under 2 s.
+// provider's ±20 % jitter, and more on a machine busy with the rest of the
+// stack: now and then a round at a level well below the provider's
+// capacity reads a twentieth slower, and each such round would cut the
+// worker by a call or two.
 func TestASettledLimitIsCutByTwoQueuedRoundsInARow(t *testing.T) {
+	t.Parallel()
 	l := newAdaptiveLimiter(16, 1, 20, 0.5, 0, testLimiterMetrics())
 	l.delay.tolerance = 0.05
 	l.ssthresh = 16 // a queue has been seen, and the limit settled here
-	// round sends a round's 32 calls 16 at a time, each taking d.
+	// round sends a round's 32 calls, as many at a time as the limit lets
+	// through, each taking d.
 	round := func(d time.Duration) int {
-		for range roundMin / 16 {
-			for range 16 {
+		for sent := 0; sent < roundMin; {
+			limit, _ := l.current()
+			batch := min(limit, roundMin-sent)
+			for range batch {
 				if err := l.acquire(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 			}
-			seats := make([]seat, 16)
+			seats := make([]seat, batch)
 			for i := range seats {
-				seats[i] = l.sending() // 16 in flight as each is sent
+				seats[i] = l.sending() // all of the batch in flight
 			}
 			for _, s := range seats {
 				l.returned(s, time.Now().Add(-d), true)
 				l.release(healthy)
 			}
+			sent += batch
 		}
 		limit, _ := l.current()
 		return limit
 	}
 	round(100 * time.Millisecond) // the idle latency
-	round(100 * time.Millisecond) // the level has held
 	for i, tt := range []struct {
 		latency time.Duration
 		want    int
 	}{
-		{106 * time.Millisecond, 16}, // one queued round: not yet
+		{106 * time.Millisecond, 16}, // one queued round at a level that held: not yet
 		{100 * time.Millisecond, 16},
 		{106 * time.Millisecond, 16}, // one again
 		{106 * time.Millisecond, 14}, // and a second in a row: 16 / 1.06 - 1
+		// A level just moved to has not held: one queued round cuts it,
+		// 11 being 12.8 calls (the mean in flight: 14, 14, then 4) over
+		// 1.06, less one.
+		{106 * time.Millisecond, 11},
 	} {
 		if got := round(tt.latency); got != tt.want {
 			t.Fatalf("round %d at %v: limit %d, want %d", i+1, tt.latency, got, tt.want)
 		}
 	}
+}
+
+// A call whose function panicked has still returned: its round is judged
+// once the others are back, as if it had failed, instead of waiting for it
+// for ever.
+func TestAPanickedCallEndsItsSeat(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts = 1
+			c.LimitDelayTolerance = 0.05
+		})
+		call := func(panics bool) {
+			defer func() { _ = recover() }()
+			_, _ = Do(context.Background(), b.p, func(context.Context) (string, error) {
+				time.Sleep(100 * time.Millisecond)
+				if panics {
+					panic("a bug in the call")
+				}
+				return "ch_1", nil
+			})
+		}
+		call(true)
+		for range roundMin - 1 {
+			call(false)
+		}
+		if idle := b.p.limit.delay.idle; idle != 100*time.Millisecond {
+			t.Errorf("idle latency %v after a round of 100 ms calls, one of which panicked: want 100ms, the round judged", idle)
+		}
+	})
 }

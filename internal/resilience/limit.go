@@ -396,6 +396,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 		}
 		if l.adaptive && l.limit > l.top() {
 			l.limit = l.top()
+			l.sinceRound = 0
 			l.limitGauge.Set(float64(l.limit))
 		}
 		l.mu.Unlock()
@@ -590,7 +591,10 @@ func (l *limiter) adapt(s signal) bool {
 	case congested:
 		l.limit = l.decreased()
 		if l.limit != old {
+			// The round under way, and one just ended, measured the
+			// limit before; the next round measures this one.
 			l.delay.restart(true)
+			l.roundEnded, l.sinceRound, l.doubt = false, 0, false
 		}
 	}
 	return l.limit != old
@@ -665,14 +669,17 @@ func (l *limiter) growRound(pressed bool) {
 	doubt := l.doubt
 	l.doubt = false
 	if l.delay.queued() {
-		if settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1; settled && !l.delay.early && !doubt {
-			l.doubt = true // at a level that held, one round's word is not enough
+		// A level that held through a round before this one, at or below
+		// the last queue's: one round's word is not enough to cut it.
+		settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1
+		if settled && !l.delay.early && !doubt {
+			l.doubt = true
 			return
 		}
 		measured := min(l.limit, int(l.delay.concurrency()+0.5))
 		target := max(l.min, l.limit/2, min(l.limit-1, int(float64(measured)/l.delay.ratio()+0.5)-1))
 		if l.delay.early && l.calmLevel > 0 {
-			target = max(l.min, min(target, l.calmLevel))
+			target = max(l.min, l.limit/2, min(target, l.calmLevel))
 		}
 		if l.ssthresh < l.max && measured <= l.ssthresh+1 {
 			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)

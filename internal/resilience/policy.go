@@ -256,7 +256,8 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		// fn panicked (or called runtime.Goexit): free the slot and report
 		// a failure, or a half-open breaker would wait for this probe
 		// forever. A panic is a bug of ours, not the dependency's
-		// congestion, so the limit hears nothing. The panic carries on.
+		// congestion, so the limit hears no signal, only that the call
+		// returned (its delay round waits for it). The panic carries on.
 		if !completed {
 			p.limit.returned(seat, sent, false)
 			c.finish(errReportFailure, p.breaker.calls.failure)
