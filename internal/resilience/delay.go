@@ -48,9 +48,15 @@ type queueDelay struct {
 	mean, idle time.Duration
 	// busyMean is the last round's concurrency, early whether one of its
 	// early looks judged it.
-	busyMean     float64
-	early        bool
-	idleAt       time.Time
+	busyMean float64
+	early    bool
+	idleAt   time.Time
+	// idleRounds counts the rounds the idle latency was first taken from,
+	// up to 2: the first round's mean alone is one draw of the
+	// dependency's jitter, and slow start's first step judged against a
+	// baseline a few per cent off reads a queue that is not there, or
+	// misses one that is. Slow start waits for the second (growRound).
+	idleRounds   int
 	lowNow       time.Duration // lowest round mean in the current bucket
 	lowBefore    time.Duration // lowest round mean in the bucket before, 0 if none
 	bucketEndsAt time.Time
@@ -166,12 +172,14 @@ func (q *queueDelay) add(now time.Time, s seat, d time.Duration, ok bool) bool {
 	q.lowNow = min(q.lowNow, q.mean)
 	switch {
 	case q.idle == 0:
-		q.idle, q.idleAt = q.mean, now
+		q.idle, q.idleAt, q.idleRounds = q.mean, now, 1
+	case q.idleRounds == 1 && q.ratio() <= 1+q.tolerance:
+		q.idle, q.idleAt, q.idleRounds = (q.idle+q.mean)/2, now, 2
 	case q.ratio() <= 1+q.tolerance/2:
 		q.idle += (q.mean - q.idle) / 8
 		q.idleAt = now
 	case now.Sub(q.idleAt) > delayBucket:
-		q.idle, q.idleAt = q.lowNow, now
+		q.idle, q.idleAt, q.idleRounds = q.lowNow, now, 2
 		if q.lowBefore > 0 {
 			q.idle = min(q.idle, q.lowBefore)
 		}

@@ -416,3 +416,39 @@ func TestAPanickedCallEndsItsSeat(t *testing.T) {
 		}
 	})
 }
+
+// Two backlogs on one provider, as two workers drain a long outage's
+// orders after it: together they take most of its capacity, 16 calls of
+// 200 ms, and stay below it. Each sees the other's calls only as latency;
+// when both step past the capacity at once their calls turn late
+// together, and without one cut per round trip and the late level as the
+// way back's cap they halved each other to 1 and started again, at 65 of
+// 80 calls/s with a fifth of the calls above capacity.
+func TestTwoBacklogsShareTheCapacity(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{1, 2, 3} {
+		synctest.Test(t, func(t *testing.T) {
+			worker := func(c *Config) {
+				c.MaxAttempts = 1
+				c.LimitInitial = 1
+				c.LimitMax = 32
+				c.LimitDelayTolerance = 0.05
+				c.BulkheadWait = 2 * time.Second
+				c.Background = true
+			}
+			a, b := setup(t, worker), setup(t, worker)
+			pr := newSeededProvider(200*time.Millisecond, 16, seed)
+			stopA, stopB := backlog(a.p, pr, 32), backlog(b.p, pr, 32)
+			advance(60 * time.Second)
+			rate := float64(stopA()+stopB()) / 60
+			share := pr.overShare()
+			t.Logf("seed %d: %.0f calls/s of 80, %.1f %% above capacity", seed, rate, 100*share)
+			if rate < 72 {
+				t.Errorf("seed %d: %.0f calls/s, want at least 72 of the 80 the provider takes", seed, rate)
+			}
+			if share > 0.05 {
+				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 5 %%", seed, 100*share)
+			}
+		})
+	}
+}

@@ -73,6 +73,9 @@ const (
 //     hung dependency therefore shrinks the limit below the calls it is
 //     holding before any of them completes or times out, and the slots
 //     those calls free when they time out are not handed to new calls.
+//     Under the delay rule (a backlog's limit) a congested call cuts once
+//     per round trip, and the level it cut from, less one, caps the way
+//     back (see adapt).
 //   - Declines and other final answers, callers that gave up, and calls the
 //     breaker or the limit refused say nothing about capacity and leave the
 //     limit alone.
@@ -165,6 +168,9 @@ type limiter struct {
 	probeRounds int
 	calmLevel   int
 	doubt       bool
+	// cutAt is when a congestion signal last cut the limit under the
+	// delay rule.
+	cutAt time.Time
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -589,8 +595,25 @@ func (l *limiter) adapt(s signal) bool {
 		l.healthyAt = time.Now()
 		l.grow()
 	case congested:
+		// Under the delay rule a backlog's calls are sent together and
+		// turn late together, answering for one excess: they cut the
+		// limit once per round trip (the moving average of latency), as
+		// TCP reduces its window once per window of losses (RFC 5681),
+		// and the level that went late, less one, caps slow start's way
+		// back (ssthresh). Without either, two backlogs sharing a
+		// provider stepped past it together, went late together, halved
+		// each other to 1 and started again, a fifth of their calls
+		// above capacity (TestTwoBacklogsShareTheCapacity).
+		now := time.Now()
+		if l.delay.on() && now.Sub(l.cutAt) < time.Duration(l.latency.Load()) {
+			return false
+		}
 		l.limit = l.decreased()
 		if l.limit != old {
+			l.cutAt = now
+			if l.delay.on() {
+				l.ssthresh = min(l.ssthresh, max(l.limit, old-1))
+			}
 			// The round under way, and one just ended, measured the
 			// limit before; the next round measures this one.
 			l.delay.restart(true)
@@ -669,8 +692,8 @@ func (l *limiter) growRound(pressed bool) {
 	doubt := l.doubt
 	l.doubt = false
 	if l.delay.queued() {
-		// A level that held through a round before this one, at or below
-		// the last queue's: one round's word is not enough to cut it.
+		// A level at or below the last queue's that held through a round
+		// before this one: one round's word is not enough to cut it.
 		settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1
 		if settled && !l.delay.early && !doubt {
 			l.doubt = true
@@ -699,6 +722,8 @@ func (l *limiter) growRound(pressed bool) {
 		return
 	}
 	switch {
+	case l.ssthresh >= l.max && l.delay.idleRounds < 2:
+		return // slow start judges its steps against two idle rounds
 	case l.ssthresh >= l.max:
 		l.step(min(l.top(), max(l.limit+1, l.limit*3/2)))
 	case l.limit < l.ssthresh:
