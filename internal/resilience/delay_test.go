@@ -400,7 +400,7 @@ func TestAPanickedCallEndsItsSeat(t *testing.T) {
 		call := func(panics bool) {
 			defer func() { _ = recover() }()
 			_, _ = Do(context.Background(), b.p, func(context.Context) (string, error) {
-				time.Sleep(100 * time.Millisecond)
+				<-time.After(100 * time.Millisecond) // on the bubble's clock
 				if panics {
 					panic("a bug in the call")
 				}
