@@ -64,6 +64,17 @@ func (pr *sharedProvider) overShare() float64 {
 // backlog keeps n callers calling p back to back, as a worker draining a
 // backlog does, until stop; it returns how many calls succeeded.
 func backlog(p *Policy, pr *sharedProvider, n int) (stop func() int) {
+	return backlogOf(p, pr.call, n).stop
+}
+
+// drain is a running backlog: paid counts the calls that succeeded so far,
+// stop ends it and returns the count.
+type drain struct {
+	paid, stop func() int
+}
+
+// backlogOf keeps n callers calling call through p back to back until stop.
+func backlogOf(p *Policy, call func(context.Context) (string, error), n int) drain {
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -76,7 +87,7 @@ func backlog(p *Policy, pr *sharedProvider, n int) (stop func() int) {
 					return
 				default:
 				}
-				if _, err := Do(context.Background(), p, pr.call); err == nil {
+				if _, err := Do(context.Background(), p, call); err == nil {
 					mu.Lock()
 					paid++
 					mu.Unlock()
@@ -88,7 +99,11 @@ func backlog(p *Policy, pr *sharedProvider, n int) (stop func() int) {
 			}
 		})
 	}
-	return func() int { close(quit); wg.Wait(); return paid }
+	count := func() int { mu.Lock(); defer mu.Unlock(); return paid }
+	return drain{
+		paid: count,
+		stop: func() int { close(quit); wg.Wait(); return count() },
+	}
 }
 
 // The delay rule stops the limit at the provider's capacity: with a
@@ -448,6 +463,58 @@ func TestTwoBacklogsShareTheCapacity(t *testing.T) {
 			}
 			if share > 0.05 {
 				t.Errorf("seed %d: %.1f %% of calls started above capacity, want at most 5 %%", seed, 100*share)
+			}
+		})
+	}
+}
+
+// A provider's errors say it is in trouble, not where its capacity is: a
+// backlog's limit cut by a spell of them climbs back to the level its
+// rounds had measured once the errors stop, and the backlog to its pace
+// before them, instead of taking the level each error cut from as a new
+// ceiling and creeping past it one call per probeRounds rounds.
+func TestErrorsDoNotLowerTheMeasuredLevel(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{1, 2, 3} {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, func(c *Config) {
+				c.MaxAttempts = 1
+				c.LimitMax = 32
+				c.LimitDelayTolerance = 0.05
+				c.BulkheadWait = 2 * time.Second
+				c.Background = true
+			})
+			pr := newSeededProvider(100*time.Millisecond, 16, seed)
+			start := time.Now()
+			var mu sync.Mutex
+			calls := 0
+			call := func(ctx context.Context) (string, error) {
+				mu.Lock()
+				calls++
+				// One call in ten fails from 20 s to 30 s: a 10 % error
+				// rate, below the breaker's failure rate.
+				since := time.Since(start)
+				failing := calls%10 == 0 && since >= 20*time.Second && since < 30*time.Second
+				mu.Unlock()
+				if failing {
+					return "", errUnavailable
+				}
+				return pr.call(ctx)
+			}
+			d := backlogOf(b.p, call, 32)
+			advance(5 * time.Second) // find the capacity
+			rate := func(over time.Duration) float64 {
+				before := d.paid()
+				advance(over)
+				return float64(d.paid()-before) / over.Seconds()
+			}
+			found := rate(15 * time.Second)
+			advance(20 * time.Second) // the errors, and 10 s after them
+			after := rate(20 * time.Second)
+			d.stop()
+			t.Logf("seed %d: %.0f calls/s of 160 before the errors, %.0f from 10 s after them", seed, found, after)
+			if after < 0.9*found {
+				t.Errorf("seed %d: %.0f calls/s from 10 s after the errors, want the %.0f before them", seed, after, found)
 			}
 		})
 	}

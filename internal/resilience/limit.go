@@ -74,8 +74,8 @@ const (
 //     holding before any of them completes or times out, and the slots
 //     those calls free when they time out are not handed to new calls.
 //     Under the delay rule (a backlog's limit) a congested call cuts once
-//     per round trip, and the level it cut from, less one, caps the way
-//     back (see adapt).
+//     per round trip, and when the level it cut from was one no round had
+//     found calm, that level less one caps the way back (see adapt).
 //   - Declines and other final answers, callers that gave up, and calls the
 //     breaker or the limit refused say nothing about capacity and leave the
 //     limit alone.
@@ -598,12 +598,16 @@ func (l *limiter) adapt(s signal) bool {
 		// Under the delay rule a backlog's calls are sent together and
 		// turn late together, answering for one excess: they cut the
 		// limit once per round trip (the moving average of latency), as
-		// TCP reduces its window once per window of losses (RFC 5681),
-		// and the level that went late, less one, caps slow start's way
-		// back (ssthresh). Without either, two backlogs sharing a
-		// provider stepped past it together, went late together, halved
-		// each other to 1 and started again, a fifth of their calls
-		// above capacity (TestTwoBacklogsShareTheCapacity).
+		// TCP reduces its window once per window of losses (RFC 5681).
+		// A level no round has found calm that went late is one past
+		// capacity: it, less one, caps slow start's way back
+		// (ssthresh). Without either, two backlogs sharing a provider
+		// stepped past it together, went late together, halved each
+		// other to 1 and started again, a fifth of their calls above
+		// capacity (TestTwoBacklogsShareTheCapacity). A cut at or below
+		// the last calm level says the provider is in trouble (errors,
+		// a hang), not where its capacity is, and leaves the measured
+		// level alone (TestErrorsDoNotLowerTheMeasuredLevel).
 		now := time.Now()
 		if l.delay.on() && now.Sub(l.cutAt) < time.Duration(l.latency.Load()) {
 			return false
@@ -611,8 +615,8 @@ func (l *limiter) adapt(s signal) bool {
 		l.limit = l.decreased()
 		if l.limit != old {
 			l.cutAt = now
-			if l.delay.on() {
-				l.ssthresh = min(l.ssthresh, max(l.limit, old-1))
+			if l.delay.on() && old > l.calmLevel {
+				l.ssthresh = min(l.ssthresh, old-1)
 			}
 			// The round under way, and one just ended, measured the
 			// limit before; the next round measures this one.
