@@ -309,7 +309,8 @@ func DefaultConfig() Config {
 		// Halve per congested call, TCP's multiplicative decrease (RFC
 		// 5681), the low end of the [0.5, 1) Netflix's AIMDLimit accepts
 		// (its default is 0.9). Each hung call reports once, at the slow
-		// threshold, so a hang halves the limit once per call it holds:
+		// threshold, so a hang halves checkout's limit once per call it
+		// holds (a backlog's, under the delay rule, once per round trip):
 		// in the 20 req/s outage run it fell 6 → 3 → 1 within 50 ms, 0.45 s
 		// into the hang, while its 6 hung calls were still in flight (with
 		// 0.9: 5 slow calls, 6 → 5 → 4 → 3 → 2 → 1; from the ramp's 17, 12

@@ -52,10 +52,10 @@ type queueDelay struct {
 	early    bool
 	idleAt   time.Time
 	// idleRounds counts the rounds the idle latency was first taken from,
-	// up to 2: the first round's mean alone is one draw of the
-	// dependency's jitter, and slow start's first step judged against a
-	// baseline a few per cent off reads a queue that is not there, or
-	// misses one that is. Slow start waits for the second (growRound).
+	// up to 2 (a baseline taken afresh from a bucket's lowest round counts
+	// as 2): the first round's mean alone is one draw of the dependency's
+	// jitter, and slow start does not step on it alone; its first step
+	// waits for the second round (growRound).
 	idleRounds   int
 	lowNow       time.Duration // lowest round mean in the current bucket
 	lowBefore    time.Duration // lowest round mean in the bucket before, 0 if none
