@@ -22,7 +22,13 @@ import "time"
 // 6 % slower, while a provider's own jitter (±20 % at paymentsim's
 // 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
 //
-// The idle latency is the mean of the rounds that showed no queue (a
+// The idle latency starts as the mean of the first two rounds, whatever
+// the second reads: both measured the level the limit started at, so
+// what differs between them is the jitter's, not a queue's. A 32-call
+// round's mean moves by 2 % with paymentsim's jitter: a first round 5 %
+// fast, taken alone, made the second look queued and the limit settled
+// at half the capacity for a minute. From there it is the mean of the
+// rounds that showed no queue (a
 // moving average, 1/8 per round), not their lowest: the lowest of a few
 // hundred noisy rounds sits three deviations below their mean, and would
 // make a provider at its capacity look queued. When no round has looked
@@ -55,7 +61,7 @@ type queueDelay struct {
 	// up to 2 (a baseline taken afresh from a bucket's lowest round counts
 	// as 2): the first round's mean alone is one draw of the dependency's
 	// jitter, and slow start does not step on it alone; its first step
-	// waits for the second round (growRound).
+	// waits for the second round (growRound), which joins it.
 	idleRounds   int
 	lowNow       time.Duration // lowest round mean in the current bucket
 	lowBefore    time.Duration // lowest round mean in the bucket before, 0 if none
@@ -173,7 +179,7 @@ func (q *queueDelay) add(now time.Time, s seat, d time.Duration, ok bool) bool {
 	switch {
 	case q.idle == 0:
 		q.idle, q.idleAt, q.idleRounds = q.mean, now, 1
-	case q.idleRounds == 1 && q.ratio() <= 1+q.tolerance:
+	case q.idleRounds == 1:
 		q.idle, q.idleAt, q.idleRounds = (q.idle+q.mean)/2, now, 2
 	case q.ratio() <= 1+q.tolerance/2:
 		q.idle += (q.mean - q.idle) / 8
