@@ -159,9 +159,7 @@ type limiter struct {
 	// round, for the grow that follows. sinceGrowth counts healthy calls
 	// since the limit last grew. calmLevel is the last limit a round
 	// found not queued (0 before the first), and doubt is set when one
-	// queued round at a level that had held has not moved it yet. rose
-	// is set while the limit's last move was a step up (step), until a
-	// cut.
+	// queued round at a level that had held has not moved it yet.
 	delay       queueDelay
 	ssthresh    int
 	roundEnded  bool
@@ -170,7 +168,6 @@ type limiter struct {
 	probeRounds int
 	calmLevel   int
 	doubt       bool
-	rose        bool
 	// cutAt is when a congestion signal last cut the limit under the
 	// delay rule.
 	cutAt time.Time
@@ -618,7 +615,6 @@ func (l *limiter) adapt(s signal) bool {
 		l.limit = l.decreased()
 		if l.limit != old {
 			l.cutAt = now
-			l.rose = false
 			if l.delay.on() && old > l.calmLevel {
 				l.ssthresh = min(l.ssthresh, old-1)
 			}
@@ -700,14 +696,9 @@ func (l *limiter) growRound(pressed bool) {
 	doubt := l.doubt
 	l.doubt = false
 	if l.delay.queued() {
-		// The first round after a step up is believed at once: it
-		// measures the step, and every call of the step past capacity
-		// counts. Any other level — one that held through a round
-		// before this one, the one the limit started at, one a cut
-		// brought it to, below what the cut's round measured — is cut
-		// only by two queued rounds in a row: one round's word is the
-		// jitter's as often as a queue's (TestASettledLimitIsCutByTwoQueuedRoundsInARow).
-		settled := l.sinceRound > 1 || !l.rose
+		// A level at or below the last queue's that held through a round
+		// before this one: one round's word is not enough to cut it.
+		settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1
 		if settled && !l.delay.early && !doubt {
 			l.doubt = true
 			return
@@ -757,7 +748,6 @@ func (l *limiter) settle(level int) {
 	l.ssthresh = level
 	down := level < l.limit
 	l.limit = min(l.limit, level)
-	l.rose = l.rose && !down
 	l.delay.restart(down)
 	l.sinceRound = 0
 }
@@ -772,7 +762,6 @@ func (l *limiter) top() int { return l.max + len(l.held) }
 // step raises the limit to n.
 func (l *limiter) step(n int) {
 	l.limit = n
-	l.rose = true
 	l.starved = false
 	l.sinceGrowth = 0
 }
