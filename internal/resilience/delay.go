@@ -23,8 +23,9 @@ import "time"
 // 100 ms ± 20 ms) moves a 32-call round's mean by 2 %.
 //
 // The idle latency starts as the mean of the first two rounds, whatever
-// the second reads: both measured the level the limit started at, so
-// what differs between them is the jitter's, not a queue's. A 32-call
+// the second reads: slow start takes no step before the second ends, so
+// it measured no more calls than the first had grown to, and what
+// differs between them is the jitter's, not a queue's. A 32-call
 // round's mean moves by 2 % with paymentsim's jitter: a first round that
 // drew 5 % fast, taken alone, made the second look queued, and the limit
 // settled at half the capacity for a minute. From there it is the mean
