@@ -25,14 +25,13 @@ import "time"
 // The idle latency starts as the mean of the first two rounds, whatever
 // the second reads: slow start takes no step before the second ends, so
 // it measured no more calls than the first had grown to, and what
-// differs between them is the jitter's, not a queue's. A 32-call
-// round's mean moves by 2 % with paymentsim's jitter: a first round that
-// drew 5 % fast, taken alone, made the second look queued, and the limit
-// settled at half the capacity for a minute. From there it is the mean
-// of the rounds that showed no queue (a moving average, 1/8 per round),
-// not their lowest: the lowest of a few
-// hundred noisy rounds sits three deviations below their mean, and would
-// make a provider at its capacity look queued. When no round has looked
+// differs between them is the jitter's, not a queue's: a first round
+// that drew 5 % fast, taken alone, made the second look queued, and the
+// limit settled at half the capacity for a minute. From there it is the
+// mean of the rounds that showed no queue (a moving average, 1/8 per
+// round), not their lowest: the lowest of a few hundred noisy rounds
+// sits three deviations below their mean, and would make a provider at
+// its capacity look queued. When no round has looked
 // idle for delayBucket, the idle latency becomes the lowest round mean of
 // the last two buckets (the windowed minimum of TCP BBR's min_rtt), so a
 // provider that became slower for good is taken as it is within 30 s

@@ -80,6 +80,14 @@ type drain struct {
 	paid, stop func() int
 }
 
+// rate advances the bubble's clock by over and returns the calls a second
+// that succeeded meanwhile.
+func (d drain) rate(over time.Duration) float64 {
+	before := d.paid()
+	advance(over)
+	return float64(d.paid()-before) / over.Seconds()
+}
+
 // backlogOf keeps n callers calling call through p back to back until stop.
 func backlogOf(p *Policy, call func(context.Context) (string, error), n int) drain {
 	quit := make(chan struct{})
@@ -510,14 +518,9 @@ func TestErrorsDoNotLowerTheMeasuredLevel(t *testing.T) {
 			}
 			d := backlogOf(b.p, call, 32)
 			advance(5 * time.Second) // find the capacity
-			rate := func(over time.Duration) float64 {
-				before := d.paid()
-				advance(over)
-				return float64(d.paid()-before) / over.Seconds()
-			}
-			found := rate(15 * time.Second)
+			found := d.rate(15 * time.Second)
 			advance(20 * time.Second) // the errors, and 10 s after them
-			after := rate(20 * time.Second)
+			after := d.rate(20 * time.Second)
 			d.stop()
 			t.Logf("seed %d: %.0f calls/s of 160 before the errors, %.0f from 10 s after them", seed, found, after)
 			if after < 0.9*found {
@@ -530,10 +533,11 @@ func TestErrorsDoNotLowerTheMeasuredLevel(t *testing.T) {
 // The limit starts from two rounds' latency, not one's: a first round
 // whose 32 calls all drew 5 % fast, as the jitter of a 32-call round's
 // mean (2 %) allows now and then, is the idle latency alone no longer,
-// and the second round, at the same level, does not read as a queue. A
-// lone backlog then finds the 16 calls the provider takes. Taken alone, it
-// made the second round 5 % slower than idle, the limit settled at 8 and
-// stepped past it once per 24 rounds: 80 of the 160 calls a second.
+// and the second round, sent before slow start's first step, does not
+// read as a queue. A lone backlog then finds the 16 calls the provider
+// takes. Taken alone, the first round made the second 5 % slower than
+// idle, the limit settled at 8 and stepped past it once per 24 rounds:
+// 85 of the 160 calls a second.
 func TestAFastFirstRoundIsNotTheIdleLatency(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -542,9 +546,7 @@ func TestAFastFirstRoundIsNotTheIdleLatency(t *testing.T) {
 		pr.firstCalls, pr.first = roundMin, 95*time.Millisecond
 		d := backlogOf(b.p, pr.call, 32)
 		advance(5 * time.Second)
-		before := d.paid()
-		advance(20 * time.Second)
-		rate := float64(d.paid()-before) / 20
+		rate := d.rate(20 * time.Second)
 		d.stop()
 		t.Logf("%.0f calls/s of 160 from 5 s on, %.1f %% of calls started above capacity", rate, 100*pr.overShare())
 		if rate < 140 {
