@@ -28,7 +28,9 @@
 // when the call is late, before the breaker's slow threshold: at the late
 // factor times the calls' moving average latency, never sooner than half the
 // threshold nor later than it (the threshold itself when there is no
-// average yet). So a hung dependency shrinks it before any call completes. [LimitStatic]
+// average yet). So a hung dependency shrinks it before any call completes;
+// from 1.1 × the average until then, an overdue call holds new ones back, so
+// they do not join it in a dependency that may be hanging. [LimitStatic]
 // is the fixed bulkhead of [Config.BulkheadSize] slots.
 // [Config.MaxConcurrency] is the most calls either ever admits, which an
 // HTTP client's connection cap should follow.

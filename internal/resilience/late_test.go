@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -195,5 +196,152 @@ func TestCongestedFromElsewhereAtMostOncePerSecond(t *testing.T) {
 		if got := b.limit(); got != 4 {
 			t.Errorf("limit a second later = %d, want 4", got)
 		}
+	})
+}
+
+// TestAnOverdueCallHoldsNewCallsBack: a call in flight past 1.1 × the
+// usual latency holds new calls until it returns or turns late. The hang
+// below starts with the limit at 8, so only the hold keeps the sixth
+// call, sent 230 ms in (the save before it was quicker than the first
+// one's), out of a provider that holds every call it gets.
+func TestAnOverdueCallHoldsNewCallsBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial = 1, 8 })
+		pr := &provider{}
+		warm(t, b, pr, 200*time.Millisecond, 5) // late at 240 ms, overdue at 220
+
+		pr.set(0) // hangs from now on
+		send := func() <-chan error {
+			errc := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_, err := Do(ctx, b.p, pr.call)
+				errc <- err
+			}()
+			return errc
+		}
+		for i := range 5 {
+			send()
+			advance([]time.Duration{50, 50, 50, 50, 30}[i] * time.Millisecond)
+		}
+		sixth := send() // 230 ms in
+		advance(time.Millisecond)
+		if got, _ := pr.counts(); got != 5 {
+			t.Fatalf("231 ms into the hang: the provider holds %d calls, want 5 (the sixth waits behind the overdue first)", got)
+		}
+		advance(9 * time.Millisecond) // the first is late: the limit is cut below the calls held
+		if got := b.limit(); got >= 5 {
+			t.Fatalf("240 ms in: limit = %d, want below the 5 calls held", got)
+		}
+		select {
+		case err := <-sixth:
+			if !errors.Is(err, ErrBulkheadFull) {
+				t.Errorf("sixth call: %v, want ErrBulkheadFull", err)
+			}
+		case <-time.After(200 * time.Millisecond):
+			t.Error("sixth call still waiting after its bulkhead wait")
+		}
+		if got, _ := pr.counts(); got != 5 {
+			t.Errorf("the provider holds %d calls, want 5", got)
+		}
+		advance(3 * time.Second) // every call times out
+	})
+}
+
+// TestAnOverdueCallsHoldEndsWithIt: a call behind a slow outlier waits
+// only until the outlier returns, or turns late and has cut the limit.
+func TestAnOverdueCallsHoldEndsWithIt(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		outlier   time.Duration // 0: it hangs
+		sentAfter time.Duration // the call behind it, from 225 ms on
+		limit     int
+	}{
+		{"it returns at 230 ms", 230 * time.Millisecond, 5 * time.Millisecond, 8},
+		{"it turns late at 240 ms", 0, 15 * time.Millisecond, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial = 1, 8 })
+				pr := &provider{}
+				warm(t, b, pr, 200*time.Millisecond, 5) // overdue at 220 ms, late at 240
+
+				pr.set(tt.outlier)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go func() { _, _ = Do(ctx, b.p, pr.call) }()
+				advance(225 * time.Millisecond)
+				pr.set(200 * time.Millisecond)
+				start := time.Now()
+				var sentAfter time.Duration
+				_, err := Do(context.Background(), b.p, func(ctx context.Context) (string, error) {
+					sentAfter = time.Since(start)
+					return pr.call(ctx)
+				})
+				if err != nil {
+					t.Fatalf("the call behind the outlier: %v", err)
+				}
+				if sentAfter != tt.sentAfter {
+					t.Errorf("the call behind the outlier went %v after it was made, want %v", sentAfter, tt.sentAfter)
+				}
+				if got := b.limit(); got != tt.limit {
+					t.Errorf("limit = %d, want %d: the hold is neither congestion nor demand", got, tt.limit)
+				}
+			})
+		})
+	}
+}
+
+// TestOverdueIsHalfwayToLateWhereAHoldBelongs: a call is overdue halfway
+// from the average latency to late, and nowhere a hold would get in the
+// way — not with lateness off, not while slots are held (a live call is
+// late only at the slow threshold then), not for a backlog's limit under
+// the delay rule, whose rounds send many calls at once.
+func TestOverdueIsHalfwayToLateWhereAHoldBelongs(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		slow := 400 * time.Millisecond
+		live := func() *limiter {
+			l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+			l.lateFactor = 1.2
+			l.returned(seat{}, time.Now().Add(-200*time.Millisecond), true)
+			return l
+		}
+		l := live()
+		if got, want := l.overdueAfter(l.lateAfter(slow)), 220*time.Millisecond; got != want {
+			t.Errorf("average 200 ms, late at 240: overdue at %v, want %v", got, want)
+		}
+		l.lateFactor = 1.5
+		if got, want := l.overdueAfter(l.lateAfter(slow)), 250*time.Millisecond; got != want {
+			t.Errorf("late factor 1.5: overdue at %v, want %v (it follows lateness)", got, want)
+		}
+		fresh := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+		fresh.lateFactor = 1.2
+		if got := fresh.overdueAfter(fresh.lateAfter(slow)); got != 0 {
+			t.Errorf("no average yet: overdue at %v, want 0 (no hold)", got)
+		}
+		off := live()
+		off.lateFactor = 0
+		if got := off.overdueAfter(off.lateAfter(slow)); got != 0 {
+			t.Errorf("lateness off: overdue at %v, want 0", got)
+		}
+		held := live()
+		if err := held.acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		held.releaseAfter(noSignal, time.Second)
+		if got := held.overdueAfter(held.lateAfter(slow)); got != 0 {
+			t.Errorf("a slot held: overdue at %v, want 0", got)
+		}
+		backlog := live()
+		backlog.delay.tolerance = 0.05
+		if got := backlog.overdueAfter(backlog.lateAfter(slow)); got != 0 {
+			t.Errorf("the delay rule on: overdue at %v, want 0", got)
+		}
+		advance(time.Second)
 	})
 }

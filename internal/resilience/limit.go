@@ -76,6 +76,15 @@ const (
 //     Under the delay rule (a backlog's limit) a congested call cuts once
 //     per round trip, and when the level it cut from was one no round had
 //     found calm, that level less one caps the way back (see adapt).
+//   - A call in flight past the midpoint of the moving average latency and
+//     lateness — slower than any usual call, not yet late — holds new
+//     calls back: they wait, within the bounded wait, until it returns or
+//     turns late. Just before a hang is seen its first call is the only
+//     sign of it, and every call sent then is one more the hang holds. A
+//     hold is neither congestion nor demand: it cuts nothing, and a caller
+//     it kept waiting does not grow the limit. It is off where lateness
+//     waits for the slow threshold (slots held) and under the delay rule,
+//     whose rounds judge a queue by latency (overdueAfter).
 //   - Declines and other final answers, callers that gave up, and calls the
 //     breaker or the limit refused say nothing about capacity and leave the
 //     limit alone.
@@ -127,6 +136,9 @@ type limiter struct {
 	mu       sync.Mutex
 	limit    int
 	inFlight int
+	// overdue counts the calls in flight past overdueAfter: while any is,
+	// new calls wait for it to return or turn late.
+	overdue int
 	// starved records that a caller found the limit reached since the
 	// limit last grew: demand the in-flight count alone does not show
 	// once that caller has given up.
@@ -220,7 +232,9 @@ func (l *limiter) acquire(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	}
-	l.starved = true
+	if l.overdue == 0 || l.inFlight >= l.limit {
+		l.starved = true // an overdue call's hold is no demand past the limit
+	}
 	if l.wait <= 0 {
 		l.mu.Unlock()
 		return l.reject()
@@ -333,7 +347,7 @@ func (l *limiter) endProbe() {
 // takeFree takes a slot if one is free and nobody waits for it; the limit
 // is then not full of held slots either. Call it with l.mu held.
 func (l *limiter) takeFree() bool {
-	if l.inFlight >= l.limit || len(l.waiters) > 0 {
+	if l.inFlight >= l.limit || len(l.waiters) > 0 || l.overdue > 0 {
 		return false
 	}
 	l.fullSince = time.Time{}
@@ -352,7 +366,7 @@ func (l *limiter) reject() error {
 // grant hands free slots to waiters, oldest first. Call it with l.mu held;
 // the caller updates the in-use gauge.
 func (l *limiter) grant() {
-	for len(l.waiters) > 0 && l.inFlight < l.limit {
+	for len(l.waiters) > 0 && l.inFlight < l.limit && l.overdue == 0 {
 		w := l.waiters[0]
 		l.waiters = slices.Delete(l.waiters, 0, 1)
 		l.inFlight++
@@ -505,6 +519,36 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 		return slow
 	}
 	return min(max(time.Duration(float64(avg)*l.lateFactor), slow/2), slow)
+}
+
+// overdueAfter is when a call still in flight, late at late, is overdue
+// and holds new calls back: halfway from the moving average latency to
+// late (1.1 × the average at the default LimitLateFactor), slower than
+// any usual call and not yet late. It is 0, no hold, for a limit without
+// lateness, while slots are held (a call is late only at the slow
+// threshold then), and under the delay rule, whose rounds send many calls
+// at once and judge a queue by their latency.
+func (l *limiter) overdueAfter(late time.Duration) time.Duration {
+	avg := time.Duration(l.latency.Load())
+	if !l.adaptive || l.lateFactor <= 0 || avg == 0 || l.delay.on() || l.holding.Load() > 0 || late <= avg {
+		return 0
+	}
+	return avg + (late-avg)/2
+}
+
+// overdueCall counts a call in flight turning overdue (true) or ending
+// that (false: it returned, or turned late or slow), and hands the slots
+// its hold kept to waiters once no call is overdue.
+func (l *limiter) overdueCall(now bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now {
+		l.overdue++
+		return
+	}
+	l.overdue--
+	l.grant()
+	l.inUse.Set(float64(l.inFlight))
 }
 
 // sending gives a call about to be sent its seat in the delay rule's
