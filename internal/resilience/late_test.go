@@ -296,40 +296,49 @@ func TestAnOverdueCallsHoldEndsWithIt(t *testing.T) {
 	}
 }
 
-// TestOverdueIsHalfwayToLateWhereAHoldBelongs: a call is overdue halfway
-// from the average latency to late, and nowhere a hold would get in the
-// way — not with lateness off, not while slots are held (a live call is
-// late only at the slow threshold then), not for a backlog's limit under
-// the delay rule, whose rounds send many calls at once.
-func TestOverdueIsHalfwayToLateWhereAHoldBelongs(t *testing.T) {
+// TestOverdueHoldsBrieflyWhereAHoldBelongs: a call is overdue (LimitLateFactor
+// − 1) / 2 × the average latency before it is late — 1.1 × the average at
+// 1.2 — for no longer than half the way to late or than a caller waits,
+// and nowhere a hold would get in the way: not with lateness off, not
+// without a wait, not while slots are held (a live call is late only at
+// the slow threshold then), not for a backlog's limit under the delay
+// rule, whose rounds send many calls at once.
+func TestOverdueHoldsBrieflyWhereAHoldBelongs(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		slow := 400 * time.Millisecond
-		live := func() *limiter {
-			l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
-			l.lateFactor = 1.2
-			l.returned(seat{}, time.Now().Add(-200*time.Millisecond), true)
+		live := func(avg, wait time.Duration, factor float64) *limiter {
+			l := newAdaptiveLimiter(4, 1, 20, 0.5, wait, testLimiterMetrics())
+			l.lateFactor = factor
+			if avg > 0 {
+				l.returned(seat{}, time.Now().Add(-avg), true)
+			}
 			return l
 		}
-		l := live()
-		if got, want := l.overdueAfter(l.lateAfter(slow)), 220*time.Millisecond; got != want {
-			t.Errorf("average 200 ms, late at 240: overdue at %v, want %v", got, want)
+		wait := 100 * time.Millisecond
+		for _, tt := range []struct {
+			name string
+			l    *limiter
+			want time.Duration
+		}{
+			{"200 ms calls, late at 240 ms", live(200*time.Millisecond, wait, 1.2), 220 * time.Millisecond},
+			{"late factor 1.5: late at 300 ms", live(200*time.Millisecond, wait, 1.5), 250 * time.Millisecond},
+			{"a 10 ms wait", live(200*time.Millisecond, 10*time.Millisecond, 1.5), 290 * time.Millisecond},
+			// Late at half the slow threshold, 200 ms, far past 1.2 × 5 ms:
+			// the hold is still 0.1 × the average, not half of 195 ms.
+			{"5 ms calls", live(5*time.Millisecond, wait, 1.2), 200*time.Millisecond - 500*time.Microsecond},
+			// Late at the slow threshold, short of 1.2 × 380 ms: half the
+			// way there.
+			{"380 ms calls", live(380*time.Millisecond, wait, 1.2), 390 * time.Millisecond},
+			{"no average yet", live(0, wait, 1.2), 0},
+			{"lateness off", live(200*time.Millisecond, wait, 0), 0},
+			{"no wait", live(200*time.Millisecond, 0, 1.2), 0},
+		} {
+			if got := tt.l.overdueAfter(tt.l.lateAfter(slow)); got != tt.want {
+				t.Errorf("%s: overdue at %v, want %v", tt.name, got, tt.want)
+			}
 		}
-		l.lateFactor = 1.5
-		if got, want := l.overdueAfter(l.lateAfter(slow)), 250*time.Millisecond; got != want {
-			t.Errorf("late factor 1.5: overdue at %v, want %v (it follows lateness)", got, want)
-		}
-		fresh := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
-		fresh.lateFactor = 1.2
-		if got := fresh.overdueAfter(fresh.lateAfter(slow)); got != 0 {
-			t.Errorf("no average yet: overdue at %v, want 0 (no hold)", got)
-		}
-		off := live()
-		off.lateFactor = 0
-		if got := off.overdueAfter(off.lateAfter(slow)); got != 0 {
-			t.Errorf("lateness off: overdue at %v, want 0", got)
-		}
-		held := live()
+		held := live(200*time.Millisecond, wait, 1.2)
 		if err := held.acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -337,11 +346,45 @@ func TestOverdueIsHalfwayToLateWhereAHoldBelongs(t *testing.T) {
 		if got := held.overdueAfter(held.lateAfter(slow)); got != 0 {
 			t.Errorf("a slot held: overdue at %v, want 0", got)
 		}
-		backlog := live()
+		backlog := live(200*time.Millisecond, wait, 1.2)
 		backlog.delay.tolerance = 0.05
 		if got := backlog.overdueAfter(backlog.lateAfter(slow)); got != 0 {
 			t.Errorf("the delay rule on: overdue at %v, want 0", got)
 		}
 		advance(time.Second)
+	})
+}
+
+// TestCallsHeldBackAreNoDemand: callers an overdue call holds back wait
+// beside free slots, and a healthy call that returns meanwhile does not
+// take them for load the limit held back.
+func TestCallsHeldBackAreNoDemand(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.MaxAttempts = 1 }) // the limit starts at 4
+		pr := &provider{}
+		warm(t, b, pr, 200*time.Millisecond, 5) // overdue at 220 ms, late at 240
+		call := func(d time.Duration) {
+			go func() {
+				_, _ = Do(context.Background(), b.p, func(ctx context.Context) (string, error) {
+					select {
+					case <-time.After(d):
+						return "ch_1", nil
+					case <-ctx.Done():
+						return "", ctx.Err()
+					}
+				})
+			}()
+		}
+		call(230 * time.Millisecond) // overdue from 220 ms, back at 230
+		advance(25 * time.Millisecond)
+		call(200 * time.Millisecond) // back at 225 ms, during the hold
+		advance(196 * time.Millisecond)
+		call(200 * time.Millisecond) // 221 ms: held back, two slots free
+		call(200 * time.Millisecond)
+		advance(time.Second)
+		if got := b.limit(); got != 4 {
+			t.Errorf("limit = %d, want 4: two callers held beside two free slots are no demand", got)
+		}
 	})
 }

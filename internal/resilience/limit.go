@@ -76,10 +76,10 @@ const (
 //     Under the delay rule (a backlog's limit) a congested call cuts once
 //     per round trip, and when the level it cut from was one no round had
 //     found calm, that level less one caps the way back (see adapt).
-//   - A call in flight past the midpoint of the moving average latency and
-//     lateness — slower than any usual call, not yet late — holds new
-//     calls back: they wait, within the bounded wait, until it returns or
-//     turns late. Just before a hang is seen its first call is the only
+//   - A call in flight past 1.1 × the moving average latency (with the
+//     default late factor; see overdueAfter) — slower than any usual call,
+//     not yet late — holds new calls back: they wait, within the bounded
+//     wait, until it returns or turns late. Just before a hang is seen its first call is the only
 //     sign of it, and every call sent then is one more the hang holds. A
 //     hold is neither congestion nor demand: it cuts nothing, and a caller
 //     it kept waiting does not grow the limit. It is off where lateness
@@ -521,19 +521,27 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	return min(max(time.Duration(float64(avg)*l.lateFactor), slow/2), slow)
 }
 
-// overdueAfter is when a call still in flight, late at late, is overdue
-// and holds new calls back: halfway from the moving average latency to
-// late (1.1 × the average at the default LimitLateFactor), slower than
-// any usual call and not yet late. It is 0, no hold, for a limit without
-// lateness, while slots are held (a call is late only at the slow
-// threshold then), and under the delay rule, whose rounds send many calls
-// at once and judge a queue by their latency.
+// overdueAfter is when a call still in flight, late at late, is overdue:
+// slower than any usual call, not yet late. From then until late it holds
+// new calls back, for half of what lateness allows past the moving average
+// latency — (LimitLateFactor − 1) / 2 × the average, so from 1.1 × it by
+// default, 20 ms for 200 ms calls — and for no more than half the way to
+// late, nor than a caller waits for a slot. It is 0, no hold, for a limit
+// without lateness or without a wait, before the first average, while
+// slots are held (a call is late only at the slow threshold then), and
+// under the delay rule, whose rounds send many calls at once and judge a
+// queue by their latency.
 func (l *limiter) overdueAfter(late time.Duration) time.Duration {
-	avg := time.Duration(l.latency.Load())
-	if !l.adaptive || l.lateFactor <= 0 || avg == 0 || l.delay.on() || l.holding.Load() > 0 || late <= avg {
+	if !l.adaptive || l.lateFactor <= 0 || l.delay.on() || l.holding.Load() > 0 {
 		return 0
 	}
-	return avg + (late-avg)/2
+	avg := time.Duration(l.latency.Load())
+	past := time.Duration(float64(avg)*l.lateFactor) - avg // what lateness allows past the average
+	hold := min((late-avg)/2, past/2, l.wait)
+	if hold <= 0 {
+		return 0 // no average yet, or no wait
+	}
+	return late - hold
 }
 
 // overdueCall counts a call in flight turning overdue (true) or ending
@@ -696,7 +704,8 @@ func (l *limiter) grow() {
 	l.roundEnded = false
 	l.sinceGrowth++
 	l.liftOverHeld()
-	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
+	// Callers an overdue call holds back wait beside free slots: no demand.
+	pressed := l.starved || l.inFlight >= l.limit || (l.overdue == 0 && l.inFlight+len(l.waiters) >= l.limit)
 	if l.delay.on() && l.limit >= slowStartFrom {
 		if roundEnded {
 			l.growRound(pressed)
