@@ -55,6 +55,10 @@ type Config struct {
 	SimulatorURL   string // paymentsim base URL (its admin API), e.g. http://localhost:8082
 	SimulatorToken string // bearer token of the simulator's admin API, if it has one
 	DatabaseURL    string // the Postgres checkout writes to, for the audit
+	// WorkerURL is the worker's base URL (its /metrics), or several separated by commas; when
+	// set, the recovery figures also sample the workers' payment limits and the charges they
+	// have in flight, summed over the workers. Empty: not sampled.
+	WorkerURL string
 
 	// CatalogURL is catalogsim's base URL, e.g. http://localhost:8083, when checkout checks
 	// prices against it (CATALOG_URL): the run then resets it, orders the SKUs of its price
@@ -171,11 +175,22 @@ func (c Config) target() Target { return cmp.Or(c.FaultTarget, TargetPayment) }
 // checkouts returns the checkout base URLs of CheckoutURL.
 func (c Config) checkouts() []string { return strings.Split(c.CheckoutURL, ",") }
 
+// workers returns the worker base URLs of WorkerURL, none when it is empty.
+func (c Config) workers() []string {
+	if c.WorkerURL == "" {
+		return nil
+	}
+	return strings.Split(c.WorkerURL, ",")
+}
+
 func (c Config) validate() error {
 	var errs []error
 	urls := [][2]string{{"simulator URL", c.SimulatorURL}}
 	for _, raw := range c.checkouts() {
 		urls = append(urls, [2]string{"checkout URL", raw})
+	}
+	for _, raw := range c.workers() {
+		urls = append(urls, [2]string{"worker URL", raw})
 	}
 	if c.CatalogURL != "" {
 		urls = append(urls, [2]string{"catalog URL", c.CatalogURL})
@@ -312,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	log.Info("load finished; waiting for the worker to settle every order", "drain_timeout", cfg.DrainTimeout)
 	audit, err := drainAndAudit(ctx, db, sim, load.customerID, acknowledged(samples), cfg.DrainTimeout)
-	seconds, werr := recovery.stop()
+	seconds, workerSeen, workerErrors, werr := recovery.stop()
 	if late != nil {
 		// Refused only now, after the drain, so that a retry starts from a quiet stack.
 		return Report{}, late
@@ -329,6 +344,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
+		rec.WorkerObserved, rec.WorkerPollErrors = workerSeen > 0, workerErrors
 		report.Recovery = &rec
 	}
 	return report, nil

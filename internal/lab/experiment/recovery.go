@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -39,19 +40,27 @@ type Recovery struct {
 	// drain, ChargesOverCapacity those that began above its capacity.
 	ChargesProcessed    int `json:"charges_processed"`
 	ChargesOverCapacity int `json:"charges_over_capacity"`
+	// WorkerObserved is true when the workers' payment limits were sampled (Config.WorkerURL)
+	// and at least one reading succeeded; WorkerPollErrors counts the readings that failed.
+	WorkerObserved   bool `json:"worker_observed,omitempty"`
+	WorkerPollErrors int  `json:"worker_poll_errors,omitempty"`
 	// Seconds is the run second by second, the drain included.
 	Seconds []Second `json:"seconds"`
 }
 
 // Second is one second of a run: charges the provider began processing, how many of them
 // began above its capacity, the most it had in flight, and the run's unsettled orders at
-// the end of the second.
+// the end of the second. Where the workers were sampled, WorkerLimit is their payment
+// limits summed at the second's last reading and WorkerInFlight the most of their charges in
+// flight at one reading: what of the provider's in-flight was the backlog's.
 type Second struct {
-	At           Millis `json:"at_ms"`
-	Started      int    `json:"started"`
-	OverCapacity int    `json:"over_capacity"`
-	InFlight     int    `json:"in_flight_max"`
-	Backlog      int    `json:"backlog"`
+	At             Millis `json:"at_ms"`
+	Started        int    `json:"started"`
+	OverCapacity   int    `json:"over_capacity"`
+	InFlight       int    `json:"in_flight_max"`
+	Backlog        int    `json:"backlog"`
+	WorkerLimit    int    `json:"worker_limit,omitempty"`
+	WorkerInFlight int    `json:"worker_in_flight_max,omitempty"`
 }
 
 // LiveShare is the share of live orders answered 201, 1 when none was sent.
@@ -60,6 +69,23 @@ func (r Recovery) LiveShare() float64 {
 		return 1
 	}
 	return float64(r.LiveCharged) / float64(r.Live)
+}
+
+// WorkersAfter returns the lowest and highest of the workers' summed payment limits and the
+// most of their charges in flight, over the seconds from the one in which the fault of
+// scenario ended; ok is false when the workers were not sampled then.
+func (r Recovery) WorkersAfter(scenario Scenario) (lo, hi, inFlight int, ok bool) {
+	end := Millis(time.Duration(scenario.OutageStart + scenario.OutageFor).Truncate(time.Second))
+	for _, s := range r.Seconds {
+		if !r.WorkerObserved || s.At < end || s.WorkerLimit == 0 {
+			continue
+		}
+		if !ok {
+			lo, hi, ok = s.WorkerLimit, s.WorkerLimit, true
+		}
+		lo, hi, inFlight = min(lo, s.WorkerLimit), max(hi, s.WorkerLimit), max(inFlight, s.WorkerInFlight)
+	}
+	return lo, hi, inFlight, ok
 }
 
 // OverCapacityShare is the share of charges that began above the provider's capacity.
@@ -81,6 +107,17 @@ type recoveryWatch struct {
 	mu      sync.Mutex
 	seconds []Second
 	err     error
+	// workerSeen and workerErrors count the workers' readings that succeeded and failed.
+	workerSeen, workerErrors int
+}
+
+// workerPolicy is the name of the worker's policy for the payment provider (cmd/worker),
+// checkout's being "payment".
+const workerPolicy = "payment-worker"
+
+// workerReading is the workers' payment limits and charges in flight, summed.
+type workerReading struct {
+	limit, inFlight int
 }
 
 func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID string, start time.Time) *recoveryWatch {
@@ -96,6 +133,7 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 		defer db.Close(context.WithoutCancel(ctx))
 		tick := time.NewTicker(recoveryPoll)
 		defer tick.Stop()
+		client := &http.Client{Timeout: recoveryPoll}
 		processed, over := -1, 0
 		for {
 			st, err := sim.stats(ctx)
@@ -120,7 +158,11 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 				started, above = st.ChargesProcessed-processed, st.ChargesOverCapacity-over
 			}
 			processed, over = st.ChargesProcessed, st.ChargesOverCapacity
-			w.add(time.Since(start), started, above, st.InFlight, backlog)
+			var workers *workerReading
+			if urls := cfg.workers(); len(urls) > 0 {
+				workers = w.readWorkers(ctx, client, urls, workerPolicy)
+			}
+			w.add(time.Since(start), started, above, st.InFlight, backlog, workers)
 			select {
 			case <-ctx.Done():
 				return
@@ -131,14 +173,36 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 	return w
 }
 
+// readWorkers sums the workers' limits and in-flight calls for policy, nil when one of
+// them could not be read: a worker busy draining may answer late, which is counted rather
+// than ending the run.
+func (w *recoveryWatch) readWorkers(ctx context.Context, client *http.Client, urls []string, policy string) *workerReading {
+	var sum workerReading
+	for _, u := range urls {
+		r, err := readMetrics(ctx, client, u+"/metrics", policy)
+		if err == nil && !r.limitFound {
+			err = fmt.Errorf("%s/metrics exports no %s limit", u, policy)
+		}
+		if err != nil {
+			w.mu.Lock()
+			w.workerErrors++
+			w.mu.Unlock()
+			return nil
+		}
+		sum.limit += r.limit
+		sum.inFlight += r.inFlight
+	}
+	return &sum
+}
+
 func (w *recoveryWatch) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.err = err
 }
 
-// add folds one reading into its second.
-func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog int) {
+// add folds one reading into its second; workers is nil when they were not read.
+func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog int, workers *workerReading) {
 	if at < 0 {
 		return
 	}
@@ -153,14 +217,25 @@ func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog 
 	s.OverCapacity += above
 	s.InFlight = max(s.InFlight, inFlight)
 	s.Backlog = backlog
+	if workers != nil {
+		w.workerSeen++
+		s.WorkerLimit = workers.limit
+		s.WorkerInFlight = max(s.WorkerInFlight, workers.inFlight)
+	}
 }
 
-func (w *recoveryWatch) stop() ([]Second, error) {
+// stop ends the sampling and returns its result.
+func (w *recoveryWatch) stop() (seconds []Second, workerSeen, workerErrors int, err error) {
 	w.cancel()
 	<-w.done
+	return w.result()
+}
+
+// result returns the seconds, and the workers' readings that succeeded and failed.
+func (w *recoveryWatch) result() (seconds []Second, workerSeen, workerErrors int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.seconds, w.err
+	return w.seconds, w.workerSeen, w.workerErrors, w.err
 }
 
 // measureRecovery works out the Recovery of a drained run from its samples, Postgres and

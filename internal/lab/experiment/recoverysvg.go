@@ -11,8 +11,10 @@ import (
 
 // WriteRecoverySVG draws a run's Recovery second by second, drain included, in three panels
 // over one time axis: the run's unsettled orders (the backlog curve), the charges the
-// provider began each second, and the most it had in flight against its capacity. The fault
-// window is shaded in each.
+// provider began each second, and the most it had in flight against its capacity — with,
+// where the workers were sampled, their charges in flight and their limit beside it: the
+// backlog's share of the provider and what the workers allowed themselves. The fault window
+// is shaded in each.
 func WriteRecoverySVG(w io.Writer, r Report) error {
 	rec := r.Recovery
 	if rec == nil || len(rec.Seconds) == 0 {
@@ -35,21 +37,35 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 
 	faultFrom := time.Duration(r.Scenario.OutageStart).Seconds()
 	faultTo := faultFrom + time.Duration(r.Scenario.OutageFor).Seconds()
+	type series struct {
+		label, color, dash string
+		value              func(Second) int
+	}
 	panels := []struct {
 		label string
 		color string
 		value func(Second) int
-		ref   int // a dashed reference line (the capacity), 0 for none
+		ref   int      // a dashed reference line (the capacity), 0 for none
+		more  []series // further lines on the panel's scale, with a legend
 	}{
-		{"unsettled orders", "#1e88e5", func(s Second) int { return s.Backlog }, 0},
-		{"charges begun per second", "#2e7d32", func(s Second) int { return s.Started }, 0},
-		{"provider in flight (most per second)", "#00838f", func(s Second) int { return s.InFlight }, rec.Capacity},
+		{"unsettled orders", "#1e88e5", func(s Second) int { return s.Backlog }, 0, nil},
+		{"charges begun per second", "#2e7d32", func(s Second) int { return s.Started }, 0, nil},
+		{"provider in flight (most per second)", "#00838f", func(s Second) int { return s.InFlight }, rec.Capacity, nil},
+	}
+	if rec.WorkerObserved {
+		panels[2].more = []series{
+			{"workers' charges in flight", "#ef6c00", "", func(s Second) int { return s.WorkerInFlight }},
+			{"workers' limit", "#6a1b9a", "3 3", func(s Second) int { return s.WorkerLimit }},
+		}
 	}
 	for i, p := range panels {
 		y0 := top + float64(i)*(panelH+gap)
 		peak := max(p.ref, 1)
 		for _, s := range rec.Seconds {
 			peak = max(peak, p.value(s))
+			for _, m := range p.more {
+				peak = max(peak, m.value(s))
+			}
 		}
 		y := func(v int) float64 { return y0 + panelH - panelH*float64(v)/float64(peak) }
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fdecea"/>`+"\n",
@@ -63,11 +79,18 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#e53935" stroke-dasharray="6 4"/>`+"\n", left, y(p.ref), right, y(p.ref))
 			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="#e53935">capacity %d</text>`+"\n", right-90, y(p.ref)-4, p.ref)
 		}
-		var pts strings.Builder
-		for j, s := range rec.Seconds {
-			fmt.Fprintf(&pts, "%.1f,%.1f %.1f,%.1f ", x(float64(j)), y(p.value(s)), x(float64(j+1)), y(p.value(s)))
+		steps := func(value func(Second) int) string {
+			var pts strings.Builder
+			for j, s := range rec.Seconds {
+				fmt.Fprintf(&pts, "%.1f,%.1f %.1f,%.1f ", x(float64(j)), y(value(s)), x(float64(j+1)), y(value(s)))
+			}
+			return strings.TrimSpace(pts.String())
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", p.color, strings.TrimSpace(pts.String()))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", p.color, steps(p.value))
+		for k, m := range p.more {
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" stroke-dasharray="%s" points="%s"/>`+"\n", m.color, m.dash, steps(m.value))
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="%s">%s</text>`+"\n", left+260+170*float64(k), y0+12, m.color, html.EscapeString(m.label))
+		}
 	}
 	axisY := top + 3*(panelH+gap) - gap + 16
 	step := 5

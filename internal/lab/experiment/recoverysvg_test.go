@@ -69,3 +69,52 @@ func TestRunNotesGiveTheRecoveryFigures(t *testing.T) {
 		}
 	}
 }
+
+// workersReport is recoveryReport with the workers sampled: limit 1 while the fault lasts,
+// then 4 and 12, and one second whose readings all failed.
+func workersReport() Report {
+	r := recoveryReport()
+	rec := *r.Recovery
+	rec.WorkerObserved = true
+	rec.Seconds = []Second{
+		{At: Millis(19 * time.Second), Backlog: 600, WorkerLimit: 1, WorkerInFlight: 1},
+		{At: Millis(20 * time.Second), Started: 80, InFlight: 14, Backlog: 500, WorkerLimit: 4, WorkerInFlight: 4},
+		{At: Millis(21 * time.Second), Started: 150, InFlight: 16, Backlog: 200},
+		{At: Millis(22 * time.Second), Started: 160, InFlight: 16, Backlog: 0, WorkerLimit: 12, WorkerInFlight: 9},
+	}
+	r.Recovery = &rec
+	return r
+}
+
+func TestTheWorkersAreDrawnAndReportedWhereSampled(t *testing.T) {
+	t.Parallel()
+	var svg bytes.Buffer
+	if err := WriteRecoverySVG(&svg, workersReport()); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(svg.String(), "<polyline"); n != 5 {
+		t.Errorf("%d polylines, want 5 (backlog, charges begun, in flight, the workers' in flight and limit)", n)
+	}
+	for _, want := range []string{"workers&#39; charges in flight", "workers&#39; limit"} {
+		if !strings.Contains(svg.String(), want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+
+	var notes bytes.Buffer
+	if err := WriteMarkdown(&notes, workersReport()); err != nil {
+		t.Fatal(err)
+	}
+	// The second of the fault (limit 1) and the unsampled second are left out.
+	want := "The workers' payment limit after the fault: 4–12, with at most 9 of their charges in flight."
+	if !strings.Contains(notes.String(), want) {
+		t.Errorf("notes lack %q:\n%s", want, notes.String())
+	}
+	notes.Reset()
+	if err := WriteMarkdown(&notes, recoveryReport()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(notes.String(), "workers' payment limit") {
+		t.Errorf("notes give the workers' limit of a run that did not sample it:\n%s", notes.String())
+	}
+}

@@ -199,6 +199,9 @@ func runNotes(b *strings.Builder, reports []Report) {
 				fmt.Fprintf(b, " %d of %d charges (%.1f %%) began above the provider's capacity of %d.",
 					rec.ChargesOverCapacity, rec.ChargesProcessed, 100*rec.OverCapacityShare(), rec.Capacity)
 			}
+			if lo, hi, inFlight, ok := rec.WorkersAfter(r.Scenario); ok {
+				fmt.Fprintf(b, " The workers' payment limit after the fault: %d–%d, with at most %d of their charges in flight.", lo, hi, inFlight)
+			}
 		}
 		if !r.Audit.Drained {
 			fmt.Fprintf(b, " **Not drained** after %s: %d orders still pending — the worker did not settle them in time.",
