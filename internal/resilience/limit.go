@@ -93,8 +93,9 @@ const (
 //     dependency may still be working on it, and the slot is what stands
 //     for it here (releaseAfter). Held slots are a debt, not congestion:
 //     they come on top of max (top), a congestion signal halves the calls
-//     beside them and not them (decreased), and while any is held a live
-//     call is late only at the slow threshold (lateAfter).
+//     beside them and not them (decreased) — a background limit keeps one
+//     call beside them — and while any is held a live call is late only at
+//     the slow threshold (lateAfter).
 //   - When held slots fill the limit, one call at a time goes over it (a
 //     breaker probe at once, any other call once per open duration:
 //     acquireProbe), and a healthy answer — this process's, or the fleet's
@@ -687,9 +688,23 @@ func (l *limiter) adapt(s signal) bool {
 // limit. A limit already full of held slots has no live calls to spare,
 // and is cut whole, so that it does not outlive the holds at the size it
 // had before a hang. Call it with l.mu held.
+//
+// A background limit (yields) keeps at least one call beside its held
+// slots. Its late calls are how it gives way to live calls beside a
+// provider still busy with calls it held (lateAfter), not news of a hang;
+// cut to the held slots alone it would send one call per open duration
+// until the holds end (acquireProbe). In the seed outage at 40 req/s one
+// reconciliation listing the hang held was enough to keep the worker at
+// that pace for six seconds after the live load had gone. A hang does not
+// slip past this: the call left beside the held slots turns late, is
+// abandoned and held in its turn, and the limit is full of held slots again.
 func (l *limiter) decreased() int {
 	if n := len(l.held); n < l.limit {
-		return max(l.min, n+int(float64(l.limit-n)*l.backoff))
+		live := int(float64(l.limit-n) * l.backoff)
+		if l.yields {
+			live = max(live, 1)
+		}
+		return max(l.min, n+live)
 	}
 	return max(l.min, int(float64(l.limit)*l.backoff))
 }
