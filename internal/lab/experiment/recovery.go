@@ -50,9 +50,9 @@ type Recovery struct {
 
 // Second is one second of a run: charges the provider began processing, how many of them
 // began above its capacity, the most it had in flight, and the run's unsettled orders at
-// the end of the second. Where the workers were sampled, WorkerLimit is their payment
-// limits summed at the second's last reading and WorkerInFlight the most of their charges in
-// flight at one reading: what of the provider's in-flight was the backlog's.
+// the end of the second. Where the workers were sampled, WorkerLimit is the highest of their
+// payment limits summed at one reading in the second and WorkerInFlight the most of their
+// charges in flight at one: what of the provider's in-flight was the backlog's.
 type Second struct {
 	At             Millis `json:"at_ms"`
 	Started        int    `json:"started"`
@@ -71,9 +71,9 @@ func (r Recovery) LiveShare() float64 {
 	return float64(r.LiveCharged) / float64(r.Live)
 }
 
-// WorkersAfter returns the lowest and highest of the workers' summed payment limits and the
-// most of their charges in flight, over the seconds from the one in which the fault of
-// scenario ended; ok is false when the workers were not sampled then.
+// WorkersAfter returns the range of the workers' limits (Second.WorkerLimit: the highest
+// each second) and the most of their charges in flight, over the seconds from the one in
+// which the fault of scenario ended; ok is false when the workers were not sampled then.
 func (r Recovery) WorkersAfter(scenario Scenario) (lo, hi, inFlight int, ok bool) {
 	end := Millis(time.Duration(scenario.OutageStart + scenario.OutageFor).Truncate(time.Second))
 	for _, s := range r.Seconds {
@@ -219,7 +219,7 @@ func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog 
 	s.Backlog = backlog
 	if workers != nil {
 		w.workerSeen++
-		s.WorkerLimit = workers.limit
+		s.WorkerLimit = max(s.WorkerLimit, workers.limit)
 		s.WorkerInFlight = max(s.WorkerInFlight, workers.inFlight)
 	}
 }

@@ -50,8 +50,8 @@ func TestTheWorkersLimitsAreSummed(t *testing.T) {
 	w.add(0, 0, 0, 0, 0, &workerReading{limit: 12, inFlight: 5})
 	w.add(0, 0, 0, 0, 0, &workerReading{limit: 10, inFlight: 3})
 	seconds, seen, failed, _ := w.result()
-	if len(seconds) != 1 || seconds[0].WorkerLimit != 10 || seconds[0].WorkerInFlight != 5 || seen != 2 || failed != 2 {
-		t.Errorf("seconds %+v, %d seen, %d failed; want one second at the last limit (10) and the most in flight (5), 2 seen, 2 failed",
+	if len(seconds) != 1 || seconds[0].WorkerLimit != 12 || seconds[0].WorkerInFlight != 5 || seen != 2 || failed != 2 {
+		t.Errorf("seconds %+v, %d seen, %d failed; want one second at the highest limit (12) and the most in flight (5), 2 seen, 2 failed",
 			seconds, seen, failed)
 	}
 }

@@ -106,7 +106,7 @@ func TestTheWorkersAreDrawnAndReportedWhereSampled(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second of the fault (limit 1) and the unsampled second are left out.
-	want := "The workers' payment limit after the fault: 4–12, with at most 9 of their charges in flight."
+	want := "The workers' payment limit after the fault, the highest each second: 4–12; at most 9 of their charges in flight."
 	if !strings.Contains(notes.String(), want) {
 		t.Errorf("notes lack %q:\n%s", want, notes.String())
 	}

@@ -200,7 +200,7 @@ func runNotes(b *strings.Builder, reports []Report) {
 					rec.ChargesOverCapacity, rec.ChargesProcessed, 100*rec.OverCapacityShare(), rec.Capacity)
 			}
 			if lo, hi, inFlight, ok := rec.WorkersAfter(r.Scenario); ok {
-				fmt.Fprintf(b, " The workers' payment limit after the fault: %d–%d, with at most %d of their charges in flight.", lo, hi, inFlight)
+				fmt.Fprintf(b, " The workers' payment limit after the fault, the highest each second: %d–%d; at most %d of their charges in flight.", lo, hi, inFlight)
 			}
 		}
 		if !r.Audit.Drained {
