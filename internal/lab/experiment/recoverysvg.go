@@ -89,7 +89,7 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", p.color, steps(p.value))
 		for k, m := range p.more {
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" stroke-dasharray="%s" points="%s"/>`+"\n", m.color, m.dash, steps(m.value))
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="%s">%s</text>`+"\n", left+260+170*float64(k), y0+12, m.color, html.EscapeString(m.label))
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="%s">%s</text>`+"\n", left+300+190*float64(k), y0+12, m.color, html.EscapeString(m.label))
 		}
 	}
 	axisY := top + 3*(panelH+gap) - gap + 16
