@@ -135,7 +135,8 @@ type Config struct {
 	// pushed the dependency to its capacity does not halve the live calls'
 	// limits in other processes. News from those processes still shrinks
 	// this one's limit: the backlog yields to live calls, never the other
-	// way round.
+	// way round — down to one call beside the slots it holds for abandoned
+	// calls (limiter.cutFloor).
 	Background bool
 }
 

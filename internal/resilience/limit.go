@@ -689,24 +689,32 @@ func (l *limiter) adapt(s signal) bool {
 // and is cut whole, so that it does not outlive the holds at the size it
 // had before a hang. Call it with l.mu held.
 //
-// A background limit (yields) keeps at least one call beside its held
-// slots. Its late calls are how it gives way to live calls beside a
-// provider still busy with calls it held (lateAfter), not news of a hang;
-// cut to the held slots alone it would send one call per open duration
-// until the holds end (acquireProbe). In the seed outage at 40 req/s one
-// reconciliation listing the hang held was enough to keep the worker at
-// that pace for six seconds after the live load had gone. A hang does not
-// slip past this: the call left beside the held slots turns late, is
-// abandoned and held in its turn, and the limit is full of held slots again.
+// A background limit keeps one call beside its held slots (cutFloor).
 func (l *limiter) decreased() int {
 	if n := len(l.held); n < l.limit {
-		live := int(float64(l.limit-n) * l.backoff)
-		if l.yields {
-			live = max(live, 1)
-		}
-		return max(l.min, n+live)
+		return max(l.cutFloor(), n+int(float64(l.limit-n)*l.backoff))
 	}
 	return max(l.min, int(float64(l.limit)*l.backoff))
+}
+
+// cutFloor is the least a cut leaves a limit with live calls beside its
+// held slots: min, and for a background limit (yields) one call beside
+// those slots. A background limit's late calls, its delay rule's queued
+// rounds and the fleet's congestion news are how it gives way to live
+// calls beside a provider still busy with calls it held (lateAfter), not
+// news of a hang; cut to the held slots alone it would send one call per
+// open duration until the holds end (acquireProbe). In the seed outage at
+// 40 req/s one reconciliation listing the hang held kept the worker at that
+// pace for up to six seconds after the live load had gone. A provider that
+// hangs again gets a few more calls than it would without the floor: each
+// call beside the held slots is held in its turn, a freed hold's slot goes
+// to a waiting call, and the breaker opens on them as on any hang. Call it
+// with l.mu held.
+func (l *limiter) cutFloor() int {
+	if n := len(l.held); l.yields && n < l.limit {
+		return max(l.min, n+1)
+	}
+	return l.min
 }
 
 // grow applies a healthy call (see adapt): the lift over held slots, then
@@ -772,9 +780,10 @@ func (l *limiter) growRound(pressed bool) {
 			return
 		}
 		measured := min(l.limit, int(l.delay.concurrency()+0.5))
-		target := max(l.min, l.limit/2, min(l.limit-1, int(float64(measured)/l.delay.ratio()+0.5)-1))
+		floor := max(l.cutFloor(), l.limit/2)
+		target := max(floor, min(l.limit-1, int(float64(measured)/l.delay.ratio()+0.5)-1))
 		if l.delay.early && l.calmLevel > 0 {
-			target = max(l.min, l.limit/2, min(target, l.calmLevel))
+			target = max(floor, min(target, l.calmLevel))
 		}
 		if l.ssthresh < l.max && measured <= l.ssthresh+1 {
 			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
