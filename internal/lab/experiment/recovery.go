@@ -42,6 +42,8 @@ type Recovery struct {
 	ChargesOverCapacity int `json:"charges_over_capacity"`
 	// WorkerObserved is true when the workers' payment limits were sampled (Config.WorkerURL)
 	// and at least one reading succeeded; WorkerPollErrors counts the readings that failed.
+	// A reading counts the slots taken (resilience_bulkhead_in_use): the calls in flight and
+	// the slots kept for calls given up on.
 	WorkerObserved   bool `json:"worker_observed,omitempty"`
 	WorkerPollErrors int  `json:"worker_poll_errors,omitempty"`
 	// Seconds is the run second by second, the drain included.
@@ -50,17 +52,19 @@ type Recovery struct {
 
 // Second is one second of a run: charges the provider began processing, how many of them
 // began above its capacity, the most it had in flight, and the run's unsettled orders at
-// the end of the second. Where the workers were sampled, WorkerLimit is the highest of their
-// payment limits summed at one reading in the second and WorkerInFlight the most of their
-// charges in flight at one: what of the provider's in-flight was the backlog's.
+// the end of the second. Where the workers were sampled, WorkerReadings counts the readings
+// of the second that succeeded, WorkerLimit is the highest of their payment limits summed at
+// one of them, and WorkerSlots the most slots of those limits taken at one — calls in flight
+// and slots kept for calls given up on: what of the provider's in-flight was the backlog's.
 type Second struct {
 	At             Millis `json:"at_ms"`
 	Started        int    `json:"started"`
 	OverCapacity   int    `json:"over_capacity"`
 	InFlight       int    `json:"in_flight_max"`
 	Backlog        int    `json:"backlog"`
+	WorkerReadings int    `json:"worker_readings,omitempty"`
 	WorkerLimit    int    `json:"worker_limit,omitempty"`
-	WorkerInFlight int    `json:"worker_in_flight_max,omitempty"`
+	WorkerSlots    int    `json:"worker_slots_max,omitempty"`
 }
 
 // LiveShare is the share of live orders answered 201, 1 when none was sent.
@@ -72,20 +76,24 @@ func (r Recovery) LiveShare() float64 {
 }
 
 // WorkersAfter returns the range of the workers' limits (Second.WorkerLimit: the highest
-// each second) and the most of their charges in flight, over the seconds from the one in
-// which the fault of scenario ended; ok is false when the workers were not sampled then.
-func (r Recovery) WorkersAfter(scenario Scenario) (lo, hi, inFlight int, ok bool) {
-	end := Millis(time.Duration(scenario.OutageStart + scenario.OutageFor).Truncate(time.Second))
+// each second) and the most of their slots taken, over the whole seconds after the fault of
+// scenario ended; ok is false when no reading of the workers succeeded then.
+func (r Recovery) WorkersAfter(scenario Scenario) (lo, hi, slots int, ok bool) {
+	end := time.Duration(scenario.OutageStart + scenario.OutageFor)
+	from := Millis(end.Truncate(time.Second))
+	if time.Duration(from) < end {
+		from += Millis(time.Second)
+	}
 	for _, s := range r.Seconds {
-		if !r.WorkerObserved || s.At < end || s.WorkerLimit == 0 {
+		if s.At < from || s.WorkerReadings == 0 {
 			continue
 		}
 		if !ok {
 			lo, hi, ok = s.WorkerLimit, s.WorkerLimit, true
 		}
-		lo, hi, inFlight = min(lo, s.WorkerLimit), max(hi, s.WorkerLimit), max(inFlight, s.WorkerInFlight)
+		lo, hi, slots = min(lo, s.WorkerLimit), max(hi, s.WorkerLimit), max(slots, s.WorkerSlots)
 	}
-	return lo, hi, inFlight, ok
+	return lo, hi, slots, ok
 }
 
 // OverCapacityShare is the share of charges that began above the provider's capacity.
@@ -115,9 +123,9 @@ type recoveryWatch struct {
 // checkout's being "payment".
 const workerPolicy = "payment-worker"
 
-// workerReading is the workers' payment limits and charges in flight, summed.
+// workerReading is the workers' payment limits and the slots of them taken, summed.
 type workerReading struct {
-	limit, inFlight int
+	limit, slots int
 }
 
 func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID string, start time.Time) *recoveryWatch {
@@ -136,6 +144,9 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 		client := &http.Client{Timeout: recoveryPoll}
 		processed, over := -1, 0
 		for {
+			// The readings take time, the workers' up to recoveryPoll each: they are
+			// stamped when they began.
+			at := time.Since(start)
 			st, err := sim.stats(ctx)
 			if ctx.Err() != nil {
 				return
@@ -162,7 +173,7 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 			if urls := cfg.workers(); len(urls) > 0 {
 				workers = w.readWorkers(ctx, client, urls, workerPolicy)
 			}
-			w.add(time.Since(start), started, above, st.InFlight, backlog, workers)
+			w.add(at, started, above, st.InFlight, backlog, workers)
 			select {
 			case <-ctx.Done():
 				return
@@ -173,9 +184,9 @@ func watchRecovery(ctx context.Context, cfg Config, sim *simulator, customerID s
 	return w
 }
 
-// readWorkers sums the workers' limits and in-flight calls for policy, nil when one of
-// them could not be read: a worker busy draining may answer late, which is counted rather
-// than ending the run.
+// readWorkers sums the workers' limits and slots taken for policy, nil when one of them
+// could not be read: a worker busy draining may answer late, which is counted rather than
+// ending the run (a read cut short by the watch's end is not counted).
 func (w *recoveryWatch) readWorkers(ctx context.Context, client *http.Client, urls []string, policy string) *workerReading {
 	var sum workerReading
 	for _, u := range urls {
@@ -184,13 +195,15 @@ func (w *recoveryWatch) readWorkers(ctx context.Context, client *http.Client, ur
 			err = fmt.Errorf("%s/metrics exports no %s limit", u, policy)
 		}
 		if err != nil {
-			w.mu.Lock()
-			w.workerErrors++
-			w.mu.Unlock()
+			if ctx.Err() == nil {
+				w.mu.Lock()
+				w.workerErrors++
+				w.mu.Unlock()
+			}
 			return nil
 		}
 		sum.limit += r.limit
-		sum.inFlight += r.inFlight
+		sum.slots += r.inFlight
 	}
 	return &sum
 }
@@ -219,8 +232,9 @@ func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog 
 	s.Backlog = backlog
 	if workers != nil {
 		w.workerSeen++
+		s.WorkerReadings++
 		s.WorkerLimit = max(s.WorkerLimit, workers.limit)
-		s.WorkerInFlight = max(s.WorkerInFlight, workers.inFlight)
+		s.WorkerSlots = max(s.WorkerSlots, workers.slots)
 	}
 }
 

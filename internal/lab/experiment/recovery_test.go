@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -24,8 +25,8 @@ func TestTheWorkersLimitsAreSummed(t *testing.T) {
 	a, b := workerMetrics(t, 5, 2), workerMetrics(t, 7, 3)
 	var w recoveryWatch
 	got := w.readWorkers(t.Context(), http.DefaultClient, []string{a, b}, workerPolicy)
-	if got == nil || *got != (workerReading{limit: 12, inFlight: 5}) {
-		t.Fatalf("read %+v, want limit 12 and 5 in flight (the worker policy's, summed)", got)
+	if got == nil || *got != (workerReading{limit: 12, slots: 5}) {
+		t.Fatalf("read %+v, want limit 12 and 5 slots taken (the worker policy's, summed)", got)
 	}
 	if w.workerErrors != 0 {
 		t.Errorf("%d errors counted on readings that succeeded", w.workerErrors)
@@ -45,13 +46,19 @@ func TestTheWorkersLimitsAreSummed(t *testing.T) {
 	if w.workerErrors != 2 {
 		t.Errorf("%d failed readings counted, want 2", w.workerErrors)
 	}
+	// A read the watch's end cut short is no failure of the worker.
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if got := w.readWorkers(ended, http.DefaultClient, []string{a}, workerPolicy); got != nil || w.workerErrors != 2 {
+		t.Errorf("a read after the watch ended: read %v, %d failed readings counted; want none, still 2", got, w.workerErrors)
+	}
 
 	w.add(0, 0, 0, 0, 0, nil)
-	w.add(0, 0, 0, 0, 0, &workerReading{limit: 12, inFlight: 5})
-	w.add(0, 0, 0, 0, 0, &workerReading{limit: 10, inFlight: 3})
+	w.add(0, 0, 0, 0, 0, &workerReading{limit: 12, slots: 5})
+	w.add(0, 0, 0, 0, 0, &workerReading{limit: 10, slots: 3})
 	seconds, seen, failed, _ := w.result()
-	if len(seconds) != 1 || seconds[0].WorkerLimit != 12 || seconds[0].WorkerInFlight != 5 || seen != 2 || failed != 2 {
-		t.Errorf("seconds %+v, %d seen, %d failed; want one second at the highest limit (12) and the most in flight (5), 2 seen, 2 failed",
+	if len(seconds) != 1 || seconds[0].WorkerLimit != 12 || seconds[0].WorkerSlots != 5 || seconds[0].WorkerReadings != 2 || seen != 2 || failed != 2 {
+		t.Errorf("seconds %+v, %d seen, %d failed; want one second of two readings at the highest limit (12) and the most slots taken (5), 2 seen, 2 failed",
 			seconds, seen, failed)
 	}
 }

@@ -12,9 +12,10 @@ import (
 // WriteRecoverySVG draws a run's Recovery second by second, drain included, in three panels
 // over one time axis: the run's unsettled orders (the backlog curve), the charges the
 // provider began each second, and the most it had in flight against its capacity — with,
-// where the workers were sampled, their charges in flight and their limit beside it: the
-// backlog's share of the provider and what the workers allowed themselves. The fault window
-// is shaded in each.
+// where the workers were sampled, the slots of their limit taken (calls in flight, and slots
+// kept for calls given up on) and the limit beside it: the backlog's share of the provider and
+// what the workers allowed themselves; a second without a worker reading is a gap. The fault
+// window is shaded in each.
 func WriteRecoverySVG(w io.Writer, r Report) error {
 	rec := r.Recovery
 	if rec == nil || len(rec.Seconds) == 0 {
@@ -41,6 +42,7 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 		label, color, dash string
 		value              func(Second) int
 	}
+	workerRead := func(s Second) bool { return s.WorkerReadings > 0 }
 	panels := []struct {
 		label string
 		color string
@@ -54,7 +56,7 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 	}
 	if rec.WorkerObserved {
 		panels[2].more = []series{
-			{"workers' charges in flight", "#ef6c00", "", func(s Second) int { return s.WorkerInFlight }},
+			{"workers' slots taken", "#ef6c00", "", func(s Second) int { return s.WorkerSlots }},
 			{"workers' limit", "#6a1b9a", "3 3", func(s Second) int { return s.WorkerLimit }},
 		}
 	}
@@ -64,7 +66,9 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 		for _, s := range rec.Seconds {
 			peak = max(peak, p.value(s))
 			for _, m := range p.more {
-				peak = max(peak, m.value(s))
+				if workerRead(s) {
+					peak = max(peak, m.value(s))
+				}
 			}
 		}
 		y := func(v int) float64 { return y0 + panelH - panelH*float64(v)/float64(peak) }
@@ -79,16 +83,32 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#e53935" stroke-dasharray="6 4"/>`+"\n", left, y(p.ref), right, y(p.ref))
 			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="#e53935">capacity %d</text>`+"\n", right-90, y(p.ref)-4, p.ref)
 		}
-		steps := func(value func(Second) int) string {
+		// steps draws value as steps, one polyline per run of seconds that have one.
+		steps := func(color, dash string, value func(Second) int, has func(Second) bool) {
 			var pts strings.Builder
+			flush := func() {
+				if pts.Len() > 0 {
+					dashed := ""
+					if dash != "" {
+						dashed = fmt.Sprintf(` stroke-dasharray="%s"`, dash)
+					}
+					fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n",
+						color, dashed, strings.TrimSpace(pts.String()))
+					pts.Reset()
+				}
+			}
 			for j, s := range rec.Seconds {
+				if !has(s) {
+					flush()
+					continue
+				}
 				fmt.Fprintf(&pts, "%.1f,%.1f %.1f,%.1f ", x(float64(j)), y(value(s)), x(float64(j+1)), y(value(s)))
 			}
-			return strings.TrimSpace(pts.String())
+			flush()
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", p.color, steps(p.value))
+		steps(p.color, "", p.value, func(Second) bool { return true })
 		for k, m := range p.more {
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" stroke-dasharray="%s" points="%s"/>`+"\n", m.color, m.dash, steps(m.value))
+			steps(m.color, m.dash, m.value, workerRead)
 			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="%s">%s</text>`+"\n", left+300+190*float64(k), y0+12, m.color, html.EscapeString(m.label))
 		}
 	}

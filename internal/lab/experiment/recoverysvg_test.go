@@ -75,12 +75,12 @@ func TestRunNotesGiveTheRecoveryFigures(t *testing.T) {
 func workersReport() Report {
 	r := recoveryReport()
 	rec := *r.Recovery
-	rec.WorkerObserved = true
+	rec.WorkerObserved, rec.WorkerPollErrors = true, 4
 	rec.Seconds = []Second{
-		{At: Millis(19 * time.Second), Backlog: 600, WorkerLimit: 1, WorkerInFlight: 1},
-		{At: Millis(20 * time.Second), Started: 80, InFlight: 14, Backlog: 500, WorkerLimit: 4, WorkerInFlight: 4},
+		{At: Millis(19 * time.Second), Backlog: 600, WorkerReadings: 4, WorkerLimit: 1, WorkerSlots: 1},
+		{At: Millis(20 * time.Second), Started: 80, InFlight: 14, Backlog: 500, WorkerReadings: 4, WorkerLimit: 4, WorkerSlots: 4},
 		{At: Millis(21 * time.Second), Started: 150, InFlight: 16, Backlog: 200},
-		{At: Millis(22 * time.Second), Started: 160, InFlight: 16, Backlog: 0, WorkerLimit: 12, WorkerInFlight: 9},
+		{At: Millis(22 * time.Second), Started: 160, InFlight: 16, Backlog: 0, WorkerReadings: 4, WorkerLimit: 12, WorkerSlots: 9},
 	}
 	r.Recovery = &rec
 	return r
@@ -92,29 +92,44 @@ func TestTheWorkersAreDrawnAndReportedWhereSampled(t *testing.T) {
 	if err := WriteRecoverySVG(&svg, workersReport()); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(svg.String(), "<polyline"); n != 5 {
-		t.Errorf("%d polylines, want 5 (backlog, charges begun, in flight, the workers' in flight and limit)", n)
+	// The second without a reading breaks each of the workers' lines in two.
+	if n := strings.Count(svg.String(), "<polyline"); n != 7 {
+		t.Errorf("%d polylines, want 7 (backlog, charges begun, in flight, and the workers' slots and limit in two pieces each)", n)
 	}
-	for _, want := range []string{"workers&#39; charges in flight", "workers&#39; limit"} {
+	for _, want := range []string{"workers&#39; slots taken", "workers&#39; limit"} {
 		if !strings.Contains(svg.String(), want) {
 			t.Errorf("SVG lacks %q", want)
 		}
 	}
 
-	var notes bytes.Buffer
-	if err := WriteMarkdown(&notes, workersReport()); err != nil {
-		t.Fatal(err)
+	notes := func(r Report) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := WriteMarkdown(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
 	}
 	// The second of the fault (limit 1) and the unsampled second are left out.
-	want := "The workers' payment limit after the fault, the highest each second: 4–12; at most 9 of their charges in flight."
-	if !strings.Contains(notes.String(), want) {
-		t.Errorf("notes lack %q:\n%s", want, notes.String())
+	want := "The workers' payment limit after the fault, the highest each second: 4–12; at most 9 of its slots taken."
+	if got := notes(workersReport()); !strings.Contains(got, want) {
+		t.Errorf("notes lack %q:\n%s", want, got)
 	}
-	notes.Reset()
-	if err := WriteMarkdown(&notes, recoveryReport()); err != nil {
-		t.Fatal(err)
+	// A fault that ends within a second: that second is the fault's.
+	r := workersReport()
+	r.Scenario.OutageFor = Millis(20500 * time.Millisecond)
+	if got := notes(r); !strings.Contains(got, "after the fault, the highest each second: 12–12;") {
+		t.Errorf("a fault ending at 20.5 s: notes should count the seconds from 21 s on, that is only 22 s:\n%s", got)
 	}
-	if strings.Contains(notes.String(), "workers' payment limit") {
-		t.Errorf("notes give the workers' limit of a run that did not sample it:\n%s", notes.String())
+	if got := notes(recoveryReport()); strings.Contains(got, "workers'") {
+		t.Errorf("notes give the workers' limit of a run that did not sample it:\n%s", got)
+	}
+	r = workersReport()
+	r.Recovery.WorkerObserved = false
+	for i := range r.Recovery.Seconds {
+		r.Recovery.Seconds[i].WorkerReadings = 0
+	}
+	if got := notes(r); !strings.Contains(got, "The workers' limits could not be read after the fault (4 readings failed).") {
+		t.Errorf("notes do not say the workers could not be read:\n%s", got)
 	}
 }

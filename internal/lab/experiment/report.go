@@ -199,8 +199,10 @@ func runNotes(b *strings.Builder, reports []Report) {
 				fmt.Fprintf(b, " %d of %d charges (%.1f %%) began above the provider's capacity of %d.",
 					rec.ChargesOverCapacity, rec.ChargesProcessed, 100*rec.OverCapacityShare(), rec.Capacity)
 			}
-			if lo, hi, inFlight, ok := rec.WorkersAfter(r.Scenario); ok {
-				fmt.Fprintf(b, " The workers' payment limit after the fault, the highest each second: %d–%d; at most %d of their charges in flight.", lo, hi, inFlight)
+			if lo, hi, slots, ok := rec.WorkersAfter(r.Scenario); ok {
+				fmt.Fprintf(b, " The workers' payment limit after the fault, the highest each second: %d–%d; at most %d of its slots taken.", lo, hi, slots)
+			} else if rec.WorkerPollErrors > 0 {
+				fmt.Fprintf(b, " The workers' limits could not be read after the fault (%d readings failed).", rec.WorkerPollErrors)
 			}
 		}
 		if !r.Audit.Drained {
