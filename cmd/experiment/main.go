@@ -89,7 +89,7 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 		cfg.FaultTarget = experiment.Target(s)
 		return nil
 	})
-	fs.StringVar(&cfg.WorkerURL, "worker", "", "worker base `URL`, or several separated by commas: the recovery figures then sample the workers' payment limits and charges in flight")
+	fs.StringVar(&cfg.WorkerURL, "worker", "", "worker base `URL`, or several separated by commas: the recovery figures then sample the workers' payment limits and the slots of them taken")
 	fs.StringVar(&cfg.DatabaseURL, "database", getenv("DATABASE_URL"), "checkout's PostgreSQL `URL`, for the audit (default $DATABASE_URL)")
 	fs.StringVar(&cfg.Label, "label", "", "name of the run in reports, e.g. the resilience mode under test")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "checkout requests per second (at the start, for a ramp)")

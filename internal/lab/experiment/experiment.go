@@ -56,8 +56,8 @@ type Config struct {
 	SimulatorToken string // bearer token of the simulator's admin API, if it has one
 	DatabaseURL    string // the Postgres checkout writes to, for the audit
 	// WorkerURL is the worker's base URL (its /metrics), or several separated by commas; when
-	// set, the recovery figures also sample the workers' payment limits and the charges they
-	// have in flight, summed over the workers. Empty: not sampled.
+	// set, the recovery figures also sample the workers' payment limits and the slots of them
+	// taken, summed over the workers. Empty: not sampled.
 	WorkerURL string
 
 	// CatalogURL is catalogsim's base URL, e.g. http://localhost:8083, when checkout checks
@@ -327,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	log.Info("load finished; waiting for the worker to settle every order", "drain_timeout", cfg.DrainTimeout)
 	audit, err := drainAndAudit(ctx, db, sim, load.customerID, acknowledged(samples), cfg.DrainTimeout)
-	seconds, workerSeen, workerErrors, werr := recovery.stop()
+	seconds, workerErrors, werr := recovery.stop()
 	if late != nil {
 		// Refused only now, after the drain, so that a retry starts from a quiet stack.
 		return Report{}, late
@@ -344,7 +344,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		rec.WorkerObserved, rec.WorkerPollErrors = workerSeen > 0, workerErrors
+		rec.WorkerPollErrors = workerErrors
 		report.Recovery = &rec
 	}
 	return report, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,12 +41,11 @@ type Recovery struct {
 	// drain, ChargesOverCapacity those that began above its capacity.
 	ChargesProcessed    int `json:"charges_processed"`
 	ChargesOverCapacity int `json:"charges_over_capacity"`
-	// WorkerObserved is true when the workers' payment limits were sampled (Config.WorkerURL)
-	// and at least one reading succeeded; WorkerPollErrors counts the readings that failed.
-	// A reading counts the slots taken (resilience_bulkhead_in_use): the calls in flight and
-	// the slots kept for calls given up on.
-	WorkerObserved   bool `json:"worker_observed,omitempty"`
-	WorkerPollErrors int  `json:"worker_poll_errors,omitempty"`
+	// WorkerPollErrors counts the readings of the workers' /metrics that failed, when they
+	// were sampled (Config.WorkerURL); the seconds hold those that succeeded. A reading counts
+	// the slots taken (resilience_bulkhead_in_use): the calls in flight and the slots kept for
+	// calls given up on.
+	WorkerPollErrors int `json:"worker_poll_errors,omitempty"`
 	// Seconds is the run second by second, the drain included.
 	Seconds []Second `json:"seconds"`
 }
@@ -96,6 +96,11 @@ func (r Recovery) WorkersAfter(scenario Scenario) (lo, hi, slots int, ok bool) {
 	return lo, hi, slots, ok
 }
 
+// workersSampled reports whether any reading of the workers succeeded.
+func (r Recovery) workersSampled() bool {
+	return slices.ContainsFunc(r.Seconds, func(s Second) bool { return s.WorkerReadings > 0 })
+}
+
 // OverCapacityShare is the share of charges that began above the provider's capacity.
 func (r Recovery) OverCapacityShare() float64 {
 	if r.ChargesProcessed == 0 {
@@ -115,8 +120,8 @@ type recoveryWatch struct {
 	mu      sync.Mutex
 	seconds []Second
 	err     error
-	// workerSeen and workerErrors count the workers' readings that succeeded and failed.
-	workerSeen, workerErrors int
+	// workerErrors counts the workers' readings that failed.
+	workerErrors int
 }
 
 // workerPolicy is the name of the worker's policy for the payment provider (cmd/worker),
@@ -231,7 +236,6 @@ func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog 
 	s.InFlight = max(s.InFlight, inFlight)
 	s.Backlog = backlog
 	if workers != nil {
-		w.workerSeen++
 		s.WorkerReadings++
 		s.WorkerLimit = max(s.WorkerLimit, workers.limit)
 		s.WorkerSlots = max(s.WorkerSlots, workers.slots)
@@ -239,17 +243,17 @@ func (w *recoveryWatch) add(at time.Duration, started, above, inFlight, backlog 
 }
 
 // stop ends the sampling and returns its result.
-func (w *recoveryWatch) stop() (seconds []Second, workerSeen, workerErrors int, err error) {
+func (w *recoveryWatch) stop() (seconds []Second, workerErrors int, err error) {
 	w.cancel()
 	<-w.done
 	return w.result()
 }
 
-// result returns the seconds, and the workers' readings that succeeded and failed.
-func (w *recoveryWatch) result() (seconds []Second, workerSeen, workerErrors int, err error) {
+// result returns the seconds and the workers' readings that failed.
+func (w *recoveryWatch) result() (seconds []Second, workerErrors int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.seconds, w.workerSeen, w.workerErrors, w.err
+	return w.seconds, w.workerErrors, w.err
 }
 
 // measureRecovery works out the Recovery of a drained run from its samples, Postgres and

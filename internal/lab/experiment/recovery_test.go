@@ -56,9 +56,9 @@ func TestTheWorkersLimitsAreSummed(t *testing.T) {
 	w.add(0, 0, 0, 0, 0, nil)
 	w.add(0, 0, 0, 0, 0, &workerReading{limit: 12, slots: 5})
 	w.add(0, 0, 0, 0, 0, &workerReading{limit: 10, slots: 3})
-	seconds, seen, failed, _ := w.result()
-	if len(seconds) != 1 || seconds[0].WorkerLimit != 12 || seconds[0].WorkerSlots != 5 || seconds[0].WorkerReadings != 2 || seen != 2 || failed != 2 {
-		t.Errorf("seconds %+v, %d seen, %d failed; want one second of two readings at the highest limit (12) and the most slots taken (5), 2 seen, 2 failed",
-			seconds, seen, failed)
+	seconds, failed, _ := w.result()
+	if len(seconds) != 1 || seconds[0].WorkerLimit != 12 || seconds[0].WorkerSlots != 5 || seconds[0].WorkerReadings != 2 || failed != 2 {
+		t.Errorf("seconds %+v, %d failed; want one second of two readings at the highest limit (12) and the most slots taken (5), 2 failed",
+			seconds, failed)
 	}
 }

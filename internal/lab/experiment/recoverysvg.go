@@ -54,7 +54,7 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 		{"charges begun per second", "#2e7d32", func(s Second) int { return s.Started }, 0, nil},
 		{"provider in flight (most per second)", "#00838f", func(s Second) int { return s.InFlight }, rec.Capacity, nil},
 	}
-	if rec.WorkerObserved {
+	if rec.workersSampled() {
 		panels[2].more = []series{
 			{"workers' slots taken", "#ef6c00", "", func(s Second) int { return s.WorkerSlots }},
 			{"workers' limit", "#6a1b9a", "3 3", func(s Second) int { return s.WorkerLimit }},

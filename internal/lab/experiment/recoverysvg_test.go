@@ -75,7 +75,7 @@ func TestRunNotesGiveTheRecoveryFigures(t *testing.T) {
 func workersReport() Report {
 	r := recoveryReport()
 	rec := *r.Recovery
-	rec.WorkerObserved, rec.WorkerPollErrors = true, 4
+	rec.WorkerPollErrors = 4
 	rec.Seconds = []Second{
 		{At: Millis(19 * time.Second), Backlog: 600, WorkerReadings: 4, WorkerLimit: 1, WorkerSlots: 1},
 		{At: Millis(20 * time.Second), Started: 80, InFlight: 14, Backlog: 500, WorkerReadings: 4, WorkerLimit: 4, WorkerSlots: 4},
@@ -101,6 +101,13 @@ func TestTheWorkersAreDrawnAndReportedWhereSampled(t *testing.T) {
 			t.Errorf("SVG lacks %q", want)
 		}
 	}
+	svg.Reset()
+	if err := WriteRecoverySVG(&svg, recoveryReport()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(svg.String(), "workers&#39;") {
+		t.Error("the SVG of a run that did not sample the workers has their legend")
+	}
 
 	notes := func(r Report) string {
 		t.Helper()
@@ -125,7 +132,6 @@ func TestTheWorkersAreDrawnAndReportedWhereSampled(t *testing.T) {
 		t.Errorf("notes give the workers' limit of a run that did not sample it:\n%s", got)
 	}
 	r = workersReport()
-	r.Recovery.WorkerObserved = false
 	for i := range r.Recovery.Seconds {
 		r.Recovery.Seconds[i].WorkerReadings = 0
 	}
