@@ -35,6 +35,21 @@ func (c *Client) FindCharges(ctx context.Context, orderID string) ([]Receipt, er
 	return receipts, nil
 }
 
+// probeReference is the reference Probe looks up: one no order has (order
+// ids are UUIDs), so the answer is an empty list.
+const probeReference = "checkout-probe"
+
+// Probe asks the provider a question that changes nothing there: the
+// charges of probeReference. The resilience stack sends it before a charge
+// that would go out while every slot is held for calls a hung provider may
+// still be working on (resilience.Options.Probe), so that a provider still
+// hanging holds a lookup rather than a customer's payment. Any trustworthy
+// answer is a success; it fails as FindCharges does.
+func (c *Client) Probe(ctx context.Context) error {
+	_, err := c.FindCharges(ctx, probeReference)
+	return err
+}
+
 // lookupResult is the protocol's 200 body for a lookup.
 type lookupResult struct {
 	Data *[]chargeResult `json:"data"`

@@ -28,7 +28,9 @@ func NewProtected(client *Client, policy *resilience.Policy) *Protected {
 
 // NewProtectedClient builds the whole protected client for one role: a
 // Client for baseURL behind a Policy called name (its metrics and logs
-// label). The connection cap is the most calls the policy's concurrency
+// label), whose probe is Client.Probe: a charge that would go out while
+// every slot is held for calls a hung provider may still be working on
+// goes only after a lookup has come back in time. The connection cap is the most calls the policy's concurrency
 // limit ever admits (the adaptive limit's maximum, not its current value;
 // or the static bulkhead) — more connections could never be used at once,
 // fewer would make calls queue inside net/http, invisible to the limit's
@@ -43,7 +45,7 @@ func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilien
 	if err != nil {
 		return nil, err
 	}
-	policy, err := resilience.New(name, cfg, resilience.Options{Classify: Classify, Metrics: m, Logger: log})
+	policy, err := resilience.New(name, cfg, resilience.Options{Classify: Classify, Metrics: m, Logger: log, Probe: client.Probe})
 	if err != nil {
 		return nil, err
 	}
@@ -51,9 +53,10 @@ func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilien
 }
 
 // Charge charges req through the stack. Besides the errors Client.Charge
-// returns, it may return resilience.ErrOpen, resilience.ErrTooManyRequests
-// or resilience.ErrBulkheadFull without calling the provider; all of them,
-// like transient errors, mean "try later with the same order".
+// returns, it may return resilience.ErrOpen, resilience.ErrTooManyRequests,
+// resilience.ErrBulkheadFull or resilience.ErrProbeFailed without sending
+// the charge; all of them, like transient errors, mean "try later with the
+// same order".
 func (p *Protected) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
 	return resilience.Do(ctx, p.policy, func(ctx context.Context) (Receipt, error) {
 		return p.client.Charge(ctx, req)
@@ -101,13 +104,15 @@ func IsInProgress(err error) bool {
 }
 
 // IsRefused reports whether the protection stack turned the call away
-// without reaching the provider: the breaker is open (or half-open with its
-// probes in flight) or the bulkhead stayed full. Such a call cost the
+// without sending it: the breaker is open (or half-open with its probes in
+// flight), the bulkhead stayed full, or the lookup sent before it over a
+// limit full of held calls failed (resilience.ErrProbeFailed). Such a call cost the
 // provider nothing and is worth trying again once RetryAfter has passed.
 func IsRefused(err error) bool {
 	return errors.Is(err, resilience.ErrOpen) ||
 		errors.Is(err, resilience.ErrTooManyRequests) ||
-		errors.Is(err, resilience.ErrBulkheadFull)
+		errors.Is(err, resilience.ErrBulkheadFull) ||
+		errors.Is(err, resilience.ErrProbeFailed)
 }
 
 // Policy is the stack the client's calls go through, for a coordinator

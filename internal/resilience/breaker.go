@@ -381,6 +381,26 @@ func (c *call) startClock() {
 	c.timer.Reset(c.lateAfter)
 }
 
+// restartClock starts the call's timer again, as if it had just been
+// sent, for the call that follows its probe in the same slot (see
+// attempt). It reports false, and changes nothing, when it cannot: the
+// timer has fired since the overdue hold (the probe is late or slow, and
+// reported so) or is firing now. The probe's outcome is then the call's.
+func (c *call) restartClock() bool {
+	if s := c.state.Load(); (s != running && s != runningOverdue) || !c.timer.Stop() {
+		return false
+	}
+	// Stopped while pending, the timer's last run (if any) is over.
+	switch {
+	case c.state.CompareAndSwap(runningOverdue, running):
+		c.b.limit.overdueCall(false)
+	case c.state.Load() != running:
+		return false // turned late just before Stop: finish reports it
+	}
+	c.startClock()
+	return true
+}
+
 // onTimer runs on the timer's goroutine while the call is still in
 // flight. Reporting now, rather than when the call returns, is what trips
 // the breaker while hung calls are still holding connections (gobreaker

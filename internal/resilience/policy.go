@@ -15,6 +15,13 @@ import (
 // per-attempt timeout (and not out of the caller's deadline).
 var ErrTimeout = errors.New("resilience: attempt timed out")
 
+// ErrProbeFailed means the call was not made: it was to go over a limit
+// full of slots held for calls the dependency never answered, and the
+// question sent in its place ([Options.Probe]) failed or ran late. It does
+// not wrap the probe's error, which is about the question, not the call:
+// errors.Is(err, ErrTimeout) is false, since the call itself never went.
+var ErrProbeFailed = errors.New("resilience: the call was not made: the probe sent in its place failed")
+
 // Class says what an error returned by the protected call means for the
 // stack. The package cannot know; the caller's [Options.Classify] decides.
 type Class uint8
@@ -44,6 +51,18 @@ type Options struct {
 	// Rand returns a uniform int64 in [0, n) for backoff and open-duration
 	// jitter; nil means math/rand/v2's Int64N. Tests inject their own.
 	Rand func(n int64) int64
+	// Probe, if set, asks the dependency a question that changes nothing
+	// there (a read). A call that is to go over a limit full of slots held
+	// for calls the dependency never answered (limiter.acquireProbe) —
+	// the breaker's probe after a hang, or the one call per open duration
+	// a closed breaker lets past such a limit — sends Probe first, in the
+	// same slot and under the same breaker admission: a dependency still
+	// hanging then holds a question, not the call's effect (a payment a
+	// customer waits on). If Probe answers in time, the call follows at
+	// once on a fresh attempt timeout, and its outcome is the breaker's
+	// and the limit's verdict; otherwise Probe's outcome is, the call is
+	// not made, and Do returns ErrProbeFailed. nil sends the call itself.
+	Probe func(context.Context) error
 }
 
 // Policy protects calls to one named dependency. It is safe for concurrent
@@ -58,6 +77,7 @@ type Policy struct {
 	breaker  *breaker // nil unless ModeProtected
 	events   *eventQueue
 	limit    *limiter // nil unless ModeProtected
+	probe    func(context.Context) error
 	retries  prometheus.Counter
 	backoffs prometheus.Observer
 }
@@ -78,6 +98,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 		classify: opts.Classify,
 		rnd:      opts.Rand,
 		log:      opts.Logger,
+		probe:    opts.Probe,
 		retries:  m.retryAttempts.WithLabelValues(name),
 		backoffs: m.retryBackoff.WithLabelValues(name),
 	}
@@ -213,20 +234,72 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 
 // refused reports whether the stack refused an attempt without making it.
 func refused(err error) bool {
-	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) || errors.Is(err, ErrBulkheadFull)
+	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) ||
+		errors.Is(err, ErrBulkheadFull) || errors.Is(err, ErrProbeFailed)
 }
 
 // attempt makes one attempt through the breaker, the concurrency limit and
 // the per-attempt timeout, and reports whether another attempt may help.
 func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (v T, retry bool, err error) {
-	c, err := p.breaker.allow()
+	c, overLimit, err := admit(ctx, p)
 	if err != nil {
-		return v, false, err // the breaker's verdict: retrying would only be refused again
+		return v, false, err
 	}
-	overLimit, err := p.limit.acquireProbe(ctx, c.isProbe)
 	if overLimit {
 		defer p.limit.endProbe()
 	}
+	c.startClock()
+	seat := p.limit.sending()
+	sent := time.Now()
+	completed := false
+	defer func() {
+		// fn panicked (or called runtime.Goexit): free the slot and report
+		// a failure, or a half-open breaker would wait for this probe
+		// forever. A panic is a bug of ours, not the dependency's
+		// congestion, so the limit hears no signal, only that the call
+		// returned (its delay round waits for it). The panic carries on.
+		if !completed {
+			p.limit.returned(seat, sent, false)
+			c.finish(errReportFailure, p.breaker.calls.failure)
+			p.limit.release(noSignal)
+		}
+	}()
+	if overLimit && p.probe != nil {
+		// Over a limit full of held slots, the probe goes first, in the
+		// call's slot and admission (Options.Probe). Its answer in time
+		// is no verdict yet: the call follows on a fresh clock, and its
+		// outcome is what the breaker and the limit hear, as without a
+		// probe. Any other outcome is the verdict, and the call is not
+		// made.
+		_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, p.probe(ctx)
+		})
+		if err != nil || !c.restartClock() {
+			completed = true
+			p.settle(ctx, c, seat, sent, timedOut, err)
+			if err == nil {
+				err = errors.New("answered, but late")
+			}
+			// %v, not %w: the call was not made, so it did not time out.
+			return v, false, fmt.Errorf("%w: %v", ErrProbeFailed, err)
+		}
+		p.limit.returned(seat, sent, true)
+		seat, sent = p.limit.sending(), time.Now()
+	}
+	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
+	completed = true
+	return v, p.settle(ctx, c, seat, sent, timedOut, err), err
+}
+
+// admit asks the breaker, then the concurrency limit, for a call: it
+// returns the call's tracker and whether it holds the slot over a limit
+// full of held slots (overLimit), or the refusal, already reported.
+func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) {
+	c, err = p.breaker.allow()
+	if err != nil {
+		return nil, false, err // the breaker's verdict: retrying would only be refused again
+	}
+	overLimit, err = p.limit.acquireProbe(ctx, c.isProbe)
 	if err != nil {
 		// A reached limit or a caller that gave up while queueing says
 		// nothing about the dependency: excluded, and not retried, since
@@ -246,26 +319,16 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 			report = errReportFailure
 		}
 		c.finish(report, counter)
-		return v, false, err
+		return nil, false, err
 	}
-	c.startClock()
-	seat := p.limit.sending()
-	sent := time.Now()
-	completed := false
-	defer func() {
-		// fn panicked (or called runtime.Goexit): free the slot and report
-		// a failure, or a half-open breaker would wait for this probe
-		// forever. A panic is a bug of ours, not the dependency's
-		// congestion, so the limit hears no signal, only that the call
-		// returned (its delay round waits for it). The panic carries on.
-		if !completed {
-			p.limit.returned(seat, sent, false)
-			c.finish(errReportFailure, p.breaker.calls.failure)
-			p.limit.release(noSignal)
-		}
-	}()
-	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
-	completed = true
+	return c, overLimit, nil
+}
+
+// settle reports how the call c tracks ended (err, and whether its attempt
+// timed out) to the breaker and the limit, and frees its slot, at once or
+// after the abandoned-call hold. It reports whether another attempt may
+// help.
+func (p *Policy) settle(ctx context.Context, c *call, seat seat, sent time.Time, timedOut bool, err error) (retry bool) {
 	abandoned := timedOut || (err != nil && ctx.Err() != nil)
 	calls := &p.breaker.calls
 	// The breaker and the limit hear the same outcome, once: a call the
@@ -300,7 +363,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	} else {
 		p.limit.release(s)
 	}
-	return v, retry, err
+	return retry
 }
 
 // withTimeout is the innermost layer: fn gets at most d, and a timeout of

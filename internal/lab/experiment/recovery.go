@@ -20,6 +20,10 @@ type Recovery struct {
 	// was active (all of them answered 503 in a down fault; held for the fault's latency
 	// in a latency fault).
 	ChargesDuringFault int `json:"charges_during_fault"`
+	// LookupsDuringFault counts the lookups (and charge lists) it received meanwhile:
+	// questions that charge nothing, such as the probe sent before a charge over a limit
+	// full of held calls.
+	LookupsDuringFault int `json:"lookups_during_fault"`
 	// LiveAfter: orders sent this long after the fault ended count as live; Live of them
 	// were sent, LiveCharged answered 201.
 	LiveAfter   Millis `json:"live_after_ms"`
@@ -311,8 +315,8 @@ func measureRecovery(ctx context.Context, db *pgx.Conn, sim *simulator, cfg Conf
 	if err != nil {
 		return Recovery{}, err
 	}
-	r.ChargesDuringFault, r.ChargesProcessed, r.ChargesOverCapacity, r.Capacity =
-		st.ChargesDuringFault, st.ChargesProcessed, st.ChargesOverCapacity, st.Capacity
+	r.ChargesDuringFault, r.LookupsDuringFault, r.ChargesProcessed, r.ChargesOverCapacity, r.Capacity =
+		st.ChargesDuringFault, st.LookupsDuringFault, st.ChargesProcessed, st.ChargesOverCapacity, st.Capacity
 	if r.Capacity > 0 && cfg.ProviderLatency > 0 {
 		surplus := float64(r.Capacity)/cfg.ProviderLatency.Seconds() - cfg.Rate
 		if surplus > 0 {

@@ -36,6 +36,7 @@ type providerStats struct {
 	MaxInFlight         int            `json:"max_in_flight"`
 	MaxInFlightOutage   int            `json:"max_in_flight_during_fault"`
 	ChargesDuringFault  int            `json:"charges_during_fault"`
+	LookupsDuringFault  int            `json:"lookups_during_fault"`
 	ChargesProcessed    int            `json:"charges_processed"`
 	ChargesOverCapacity int            `json:"charges_over_capacity"`
 	Capacity            int            `json:"capacity"`

@@ -77,23 +77,32 @@ func TestMaxInFlightDuringFault(t *testing.T) {
 		addFault(t, sim, `{"latency":"10s","start_in":"1s","duration":"1s"}`)
 
 		charge := func(key string) { go postCharge(t, sim, key, validBody) }
+		ask := func() { go do(t, t.Context(), sim, http.MethodGet, "/v1/charges?reference=ord-1", nil, "") }
 		charge("before") // done by 200 ms
+		ask()
 		time.Sleep(1100 * time.Millisecond)
 		charge("during-1") // both take 10.2 s
 		charge("during-2")
+		ask()
 		time.Sleep(1500 * time.Millisecond) // the fault ended 600 ms ago
 		charge("after-1")                   // fast again, but alongside the two hung ones
 		charge("after-2")
+		ask()
 		synctest.Wait()
 
 		st := sim.Stats()
 		if st.MaxInFlight != 4 || st.MaxInFlightDuringFault != 2 {
 			t.Errorf("max in flight = %d, during the fault = %d; want 4 and 2", st.MaxInFlight, st.MaxInFlightDuringFault)
 		}
+		if st.ChargesDuringFault != 2 || st.LookupsDuringFault != 1 {
+			t.Errorf("charges, lookups during the fault = %d, %d; want 2, 1", st.ChargesDuringFault, st.LookupsDuringFault)
+		}
+		time.Sleep(10 * time.Second)
 		<-sim.Idle()
 		sim.Reset()
-		if st := sim.Stats(); st.MaxInFlightDuringFault != 0 {
-			t.Errorf("max in flight during the fault after reset = %d, want 0", st.MaxInFlightDuringFault)
+		if st := sim.Stats(); st.MaxInFlightDuringFault != 0 || st.ChargesDuringFault != 0 || st.LookupsDuringFault != 0 {
+			t.Errorf("after reset: max in flight during the fault %d, charges %d, lookups %d; want 0",
+				st.MaxInFlightDuringFault, st.ChargesDuringFault, st.LookupsDuringFault)
 		}
 	})
 }

@@ -51,6 +51,10 @@ type Stats struct {
 	// ChargesDuringFault counts the charge requests that arrived while a fault was active,
 	// since start or reset: what callers sent into the trouble.
 	ChargesDuringFault int `json:"charges_during_fault"`
+	// LookupsDuringFault counts the lookups and charge lists that arrived while a fault was
+	// active: questions callers sent into the trouble (a breaker's probe, say), which charge
+	// nothing.
+	LookupsDuringFault int `json:"lookups_during_fault"`
 	// ChargesProcessed counts the charges that began processing, and ChargesOverCapacity
 	// those that began it with more charges processing than the capacity (Config.Capacity or
 	// a capacity fault's): each of them slowed every charge then processing.

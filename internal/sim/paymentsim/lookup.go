@@ -27,7 +27,11 @@ type listResult struct {
 func (s *Simulator) handleLookup() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		out := s.serveLookup(w, r, s.srv.Faults.Active(start))
+		fault := s.srv.Faults.Active(start)
+		if fault != (Fault{}) {
+			s.inflight.lookupDuringFault()
+		}
+		out := s.serveLookup(w, r, fault)
 		s.metrics.observeLookup(out)
 	}
 }

@@ -73,7 +73,10 @@ type inflight struct {
 	// duringFault counts the charge requests that arrived while a fault was
 	// active; started those that began processing, and over those that
 	// began it above the provider's capacity (see scaledLatency).
+	// lookupsDuringFault counts lookups and lists that arrived while one
+	// was: questions sent into the trouble, which charge nothing.
 	duringFault, started, over int
+	lookupsDuringFault         int
 	idleCh                     chan struct{} // closed while n == 0
 	metrics                    *metrics
 }
@@ -141,10 +144,17 @@ func (f *inflight) processing(overCapacity bool) {
 }
 
 // arrivals returns the counts kept beside the in-flight ones.
-func (f *inflight) arrivals() (duringFault, started, overCapacity int) {
+func (f *inflight) arrivals() (duringFault, started, overCapacity, lookupsDuringFault int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.duringFault, f.started, f.over
+	return f.duringFault, f.started, f.over, f.lookupsDuringFault
+}
+
+// lookupDuringFault counts a lookup or list that arrived while a fault was active.
+func (f *inflight) lookupDuringFault() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookupsDuringFault++
 }
 
 // resetMax restarts the maximum from the current count, not zero: requests still in flight
@@ -153,6 +163,6 @@ func (f *inflight) resetMax() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.max, f.faultMax = f.n, 0
-	f.duringFault, f.started, f.over = 0, 0, 0
+	f.duringFault, f.started, f.over, f.lookupsDuringFault = 0, 0, 0, 0
 	f.publish()
 }

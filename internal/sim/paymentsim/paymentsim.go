@@ -121,7 +121,7 @@ func (s *Simulator) Idle() <-chan struct{} {
 func (s *Simulator) Stats() Stats {
 	st := s.ledger.stats()
 	st.InFlight, st.MaxInFlight, st.MaxInFlightDuringFault = s.inflight.counts()
-	st.ChargesDuringFault, st.ChargesProcessed, st.ChargesOverCapacity = s.inflight.arrivals()
+	st.ChargesDuringFault, st.ChargesProcessed, st.ChargesOverCapacity, st.LookupsDuringFault = s.inflight.arrivals()
 	st.Capacity = s.cfg.Capacity
 	return st
 }
