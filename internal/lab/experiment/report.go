@@ -178,6 +178,14 @@ func writeCatalogTable(b *strings.Builder, reports []Report) {
 	runNotes(b, reports)
 }
 
+// counted is n with noun, plural unless n is 1: "1 lookup", "5 charges".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
 // runNotes writes a line per run: the breaker's transitions, the fault, the worst lag, and an
 // unfinished drain.
 func runNotes(b *strings.Builder, reports []Report) {
@@ -185,8 +193,8 @@ func runNotes(b *strings.Builder, reports []Report) {
 		fmt.Fprintf(b, "- **%s**: %s. %s %s; load went out at most %s late.",
 			r.Name(), transitions(r.Breaker, r.Scenario.target()), capitalized(r.Scenario.dependency()), faultSpan(r.Scenario), ms(r.WorstLag))
 		if rec := r.Recovery; rec != nil {
-			fmt.Fprintf(b, " After the fault: %d charges and %d lookups sent into it; %d of %d orders sent from %s after it answered 201 (%.0f %%); the last acknowledged order paid %s after it.",
-				rec.ChargesDuringFault, rec.LookupsDuringFault, rec.LiveCharged, rec.Live, seconds(rec.LiveAfter), 100*rec.LiveShare(), paidCell(rec.LastPaid))
+			fmt.Fprintf(b, " After the fault: %s and %s sent into it; %d of %d orders sent from %s after it answered 201 (%.0f %%); the last acknowledged order paid %s after it.",
+				counted(rec.ChargesDuringFault, "charge"), counted(rec.LookupsDuringFault, "lookup"), rec.LiveCharged, rec.Live, seconds(rec.LiveAfter), 100*rec.LiveShare(), paidCell(rec.LastPaid))
 			if rec.Backlog > 0 {
 				fmt.Fprintf(b, " Backlog: %d orders, paid %s after it", rec.Backlog, paidCell(rec.BacklogPaid))
 				if rec.IdealDrain > 0 {
