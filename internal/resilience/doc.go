@@ -30,7 +30,11 @@
 // threshold nor later than it (the threshold itself when there is no
 // average yet). So a hung dependency shrinks it before any call completes;
 // from 1.1 × the average until then, an overdue call holds new ones back, so
-// they do not join it in a dependency that may be hanging. [LimitStatic]
+// they do not join it in a dependency that may be hanging. A call that
+// goes over a limit full of slots held for calls the dependency never
+// answered — the breaker's probe after a hang — may first ask a question
+// that changes nothing there ([Options.Probe]), so that a dependency still
+// hanging holds the question rather than the call's effect. [LimitStatic]
 // is the fixed bulkhead of [Config.BulkheadSize] slots.
 // [Config.MaxConcurrency] is the most calls either ever admits, which an
 // HTTP client's connection cap should follow.

@@ -59,6 +59,8 @@ func TestAProbeGoesBeforeACallOverTheHeldSlots(t *testing.T) {
 			t.Errorf("err = %v: a call never made must not read as timed out", err)
 		case !refused(err):
 			t.Errorf("err = %v: want it counted as a refusal (nothing was sent)", err)
+		case rejectionReason(err) != "probe_failed":
+			t.Errorf("traced as rejected for %q, want probe_failed", rejectionReason(err))
 		}
 		if got := a.calls.Load(); got != 0 {
 			t.Errorf("calls made into the hang = %d, want 0: only the probe goes", got)

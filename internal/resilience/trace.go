@@ -23,6 +23,8 @@ func rejectionReason(err error) string {
 		return "breaker_half_open_full"
 	case errors.Is(err, ErrBulkheadFull):
 		return "limit_full"
+	case errors.Is(err, ErrProbeFailed):
+		return "probe_failed"
 	}
 	return "other"
 }
