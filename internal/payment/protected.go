@@ -30,10 +30,12 @@ func NewProtected(client *Client, policy *resilience.Policy) *Protected {
 // Client for baseURL behind a Policy called name (its metrics and logs
 // label), whose probe is Client.Probe: a charge that would go out while
 // every slot is held for calls a hung provider may still be working on
-// goes only after a lookup has come back in time. The connection cap is the most calls the policy's concurrency
-// limit ever admits (the adaptive limit's maximum, not its current value;
-// or the static bulkhead) — more connections could never be used at once,
-// fewer would make calls queue inside net/http, invisible to the limit's
+// goes only after a lookup has come back in time.
+//
+// The connection cap is the most calls the policy's concurrency limit
+// ever admits (the adaptive limit's maximum, not its current value; or the
+// static bulkhead) — more connections could never be used at once, fewer
+// would make calls queue inside net/http, invisible to the limit's
 // metrics — and outside protected mode there is no cap at all, since a cap
 // is a bulkhead too.
 func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilience.Metrics, log *slog.Logger) (*Protected, error) {

@@ -256,9 +256,9 @@ func (b *breaker) effectiveState() State {
 
 // retryAfter is how long until the breaker lets a call through: what is
 // left of an imposed state (its open part, or, while probes are out, until
-// their answer is due), or else of the local open state; 0 when neither
-// refuses.
-func (b *breaker) retryAfter() time.Duration {
+// their answer is due, answerWithin after they went), or else of the local
+// open state; 0 when neither refuses.
+func (b *breaker) retryAfter(answerWithin time.Duration) time.Duration {
 	now := b.now()
 	if g := b.gate.Load(); g != nil && now < g.holdUntil {
 		switch {
@@ -269,7 +269,7 @@ func (b *breaker) retryAfter() time.Duration {
 			// verdict comes within an attempt timeout and ends the
 			// hold at once, so a caller told to wait the whole hold
 			// would sleep through a recovery.
-			return min(g.holdUntil-now, b.cfg.AttemptTimeout)
+			return min(g.holdUntil-now, answerWithin)
 		}
 		return 0 // this process probes for the fleet
 	}
@@ -383,19 +383,23 @@ func (c *call) startClock() {
 
 // restartClock starts the call's timer again, as if it had just been
 // sent, for the call that follows its probe in the same slot (see
-// attempt). It reports false, and changes nothing, when it cannot: the
-// timer has fired since the overdue hold (the probe is late or slow, and
-// reported so) or is firing now. The probe's outcome is then the call's.
+// attempt). It reports false, and changes nothing, when the breaker has
+// heard the probe as slow already: that is the verdict. A probe the limit
+// heard as late is not one the breaker has judged, and the call is judged
+// afresh. A timer firing at this very moment cannot be stopped: the call
+// then goes on the probe's clock, judged a little early.
 func (c *call) restartClock() bool {
-	if s := c.state.Load(); (s != running && s != runningOverdue) || !c.timer.Stop() {
+	if c.state.Load() == reportedSlow {
 		return false
+	}
+	if !c.timer.Stop() {
+		return true
 	}
 	// Stopped while pending, the timer's last run (if any) is over.
 	switch {
 	case c.state.CompareAndSwap(runningOverdue, running):
 		c.b.limit.overdueCall(false)
-	case c.state.Load() != running:
-		return false // turned late just before Stop: finish reports it
+	case c.state.CompareAndSwap(reportedLate, running):
 	}
 	c.startClock()
 	return true

@@ -17,10 +17,11 @@ var ErrTimeout = errors.New("resilience: attempt timed out")
 
 // ErrProbeFailed means the call was not made: it was to go over a limit
 // full of slots held for calls the dependency never answered, and the
-// question sent in its place ([Options.Probe]) failed or ran late. It does
-// not wrap the probe's error, which is about the question, not the call:
-// errors.Is(err, ErrTimeout) is false, since the call itself never went.
-var ErrProbeFailed = errors.New("resilience: the call was not made: the probe sent in its place failed")
+// question sent before it ([Options.Probe]) failed or ran past the slow
+// threshold. It does not wrap the probe's error, which is about the
+// question, not the call (a timed-out probe is no timed-out call), only the
+// caller's context error if that is what ended the probe.
+var ErrProbeFailed = errors.New("resilience: the call was not made: the probe sent before it failed")
 
 // Class says what an error returned by the protected call means for the
 // stack. The package cannot know; the caller's [Options.Classify] decides.
@@ -168,10 +169,16 @@ func (p *Policy) RetryAfter() time.Duration {
 	if p.breaker == nil {
 		return 0
 	}
-	if wait := p.breaker.retryAfter(); wait > 0 {
+	// A call over a full limit may ask the probe first: its answer is due
+	// within two attempt timeouts.
+	answerWithin := p.cfg.AttemptTimeout
+	if p.probe != nil {
+		answerWithin *= 2
+	}
+	if wait := p.breaker.retryAfter(answerWithin); wait > 0 {
 		return wait
 	}
-	return p.limit.retryIn(p.cfg.AttemptTimeout)
+	return p.limit.retryIn(answerWithin)
 }
 
 // Do calls fn through p's layers, outermost first: retry, circuit breaker,
@@ -266,24 +273,31 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	}()
 	if overLimit && p.probe != nil {
 		// Over a limit full of held slots, the probe goes first, in the
-		// call's slot and admission (Options.Probe). Its answer in time
-		// is no verdict yet: the call follows on a fresh clock, and its
-		// outcome is what the breaker and the limit hear, as without a
-		// probe. Any other outcome is the verdict, and the call is not
-		// made.
+		// call's slot and admission (Options.Probe). An answer in time —
+		// a final one too, such as a 4xx: the dependency answered — is no
+		// verdict yet: the call follows on a fresh clock, and its outcome
+		// is what the breaker and the limit hear, as without a probe. Any
+		// other outcome is the verdict, and the call is not made.
 		_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, p.probe(ctx)
 		})
-		if err != nil || !c.restartClock() {
+		answered := err == nil || (!timedOut && ctx.Err() == nil && p.classify(err) == Final)
+		if !answered || !c.restartClock() {
 			completed = true
 			p.settle(ctx, c, seat, sent, timedOut, err)
-			if err == nil {
-				err = errors.New("answered, but late")
+			// %v, not %w: the call was not made, so it did not time out
+			// or fail; only the caller's own end stays reachable.
+			if ctx.Err() != nil {
+				return v, false, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
 			}
-			// %v, not %w: the call was not made, so it did not time out.
+			if err == nil {
+				err = errors.New("answered after the slow threshold")
+			}
 			return v, false, fmt.Errorf("%w: %v", ErrProbeFailed, err)
 		}
-		p.limit.returned(seat, sent, true)
+		// The probe's latency is not the call's: its return ends its
+		// seat in the delay rule's round, but feeds no average.
+		p.limit.returned(seat, sent, false)
 		seat, sent = p.limit.sending(), time.Now()
 	}
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)

@@ -3,6 +3,8 @@ package resilience
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -195,6 +197,161 @@ func TestAFleetProbeIsAProbeToo(t *testing.T) {
 		}
 		if !hung {
 			t.Error("no hung probe verdict for the fleet")
+		}
+	})
+}
+
+// A probe the limit heard as late, but that answered before the breaker's
+// slow threshold, is an answer in time: the call follows and is the
+// verdict. A background limit (the worker's) is late at 1.2 × the average
+// even while slots are held, so its probe can be late and still healthy.
+func TestALateProbeIsAnAnswerTheCallIsTheVerdict(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts = 1
+			c.AbandonedHold = DefaultConfig().AbandonedHold
+			c.LimitInitial = 8
+			c.Background = true
+		})
+		for range 20 { // an average of 100 ms: late at 200 ms, slow at 400 ms
+			if _, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
+				time.Sleep(100 * time.Millisecond)
+				return "ch_1", nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Eight calls hang, one every 50 ms; those the shrinking limit
+		// still lets in time out and keep their slots.
+		var wg sync.WaitGroup
+		for i := range 8 {
+			if i > 0 {
+				advance(50 * time.Millisecond)
+			}
+			wg.Go(func() { b.do(hang) })
+		}
+		wg.Wait()
+		for i := 0; b.p.State() != StateOpen; i++ {
+			if i == 10 {
+				t.Fatalf("breaker still %v after %d refusals", b.p.State(), i)
+			}
+			b.do(ok)
+		}
+		advance(b.p.RetryAfter() + time.Nanosecond)
+		b.p.TakeEvents()
+		b.p.Impose(Imposed{Source: SourceFleet, HoldFor: 5 * time.Second, Probes: 1})
+		b.p.probe = func(context.Context) error {
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}
+		var made atomic.Bool
+		_, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
+			made.Store(true)
+			return "ch_1", nil
+		})
+		if err != nil || !made.Load() {
+			t.Fatalf("after a probe answered late but before the slow threshold: err = %v, call made %v; want it made", err, made.Load())
+		}
+		var verdicts []EventKind
+		for _, ev := range transitionEvents(b.p.TakeEvents()) {
+			verdicts = append(verdicts, ev.Kind)
+		}
+		if len(verdicts) != 1 || verdicts[0] != EventProbeSucceeded {
+			t.Errorf("fleet verdicts = %v, want one probe_succeeded, the call's", verdicts)
+		}
+	})
+}
+
+// While the call over a full limit is out, a caller is told to come back
+// when its answer is due: the probe's attempt timeout and the call's.
+func TestRetryAfterAwaitsTheProbeAndItsCall(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := halfOpenWithProbe(t)
+		b.p.probe = func(context.Context) error {
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
+				time.Sleep(350 * time.Millisecond)
+				return "ch_1", nil
+			})
+			done <- err
+		}()
+		advance(550 * time.Millisecond) // the probe answered at 300 ms; the call is out until 650 ms
+		if got, want := b.p.RetryAfter(), 450*time.Millisecond; got != want {
+			t.Errorf("RetryAfter = %v, want %v: until two attempt timeouts after the probe went", got, want)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The call's clock restarts while its probe's timer may be firing — at the
+// overdue step, the late one or the slow one — and every call is still
+// reported once, with no overdue call left counted. Real time: the steps
+// are milliseconds apart and the restarts land at random among them.
+func TestRestartingTheClockRacesTheTimerSafely(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) {
+		c.SlowCallThreshold = 4 * time.Millisecond
+		c.AttemptTimeout = 50 * time.Millisecond
+		c.LimitInitial, c.LimitMax = 20, 20
+		c.MinCalls, c.WindowSize = 1<<20, 1<<20 // never trips
+	})
+	br := b.p.breaker
+	br.limit.latency.Store(int64(2 * time.Millisecond)) // overdue at 2.2 ms, late at 2.4 ms
+	const n = 1000
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range n / 4 {
+				c, err := br.allow()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.startClock()
+				time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+				if c.restartClock() {
+					time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+				}
+				c.finish(nil, br.calls.success)
+			}
+		})
+	}
+	wg.Wait()
+	br.limit.mu.Lock()
+	overdue := br.limit.overdue
+	br.limit.mu.Unlock()
+	if got := b.calls(t, "success") + b.calls(t, "slow"); overdue != 0 || got != n {
+		t.Errorf("overdue calls counted = %d, want 0; calls reported = %d, want %d", overdue, got, n)
+	}
+}
+
+// A final answer to the probe (a 4xx, say: the dependency rejects the
+// question) is still an answer in time, and the call follows; a probe the
+// caller gave up on leaves the caller's own error reachable.
+func TestAFinalAnswerToTheProbeIsAnAnswer(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b, a := halfOpenWithProbe(t)
+		a.probeStep.Store(int32(decline))
+		if _, err := Do(context.Background(), b.p, a.call(ok)); err != nil || a.calls.Load() != 1 {
+			t.Fatalf("after a final answer to the probe: err = %v, calls made %d; want the call made", err, a.calls.Load())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b, a := halfOpenWithProbe(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := Do(ctx, b.p, a.call(ok))
+		if !errors.Is(err, ErrProbeFailed) || !errors.Is(err, context.DeadlineExceeded) || a.calls.Load() != 0 {
+			t.Errorf("caller gone during the probe: err = %v, calls made %d; want ErrProbeFailed with the deadline, no call", err, a.calls.Load())
 		}
 	})
 }
