@@ -285,15 +285,17 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		if !answered || !c.restartClock() {
 			completed = true
 			p.settle(ctx, c, seat, sent, timedOut, err)
-			// %v, not %w: the call was not made, so it did not time out
-			// or fail; only the caller's own end stays reachable.
+			// The probe's error as text, not wrapped: the call was not
+			// made, so it did not time out or fail. Only the caller's own
+			// end stays reachable.
 			if ctx.Err() != nil {
 				return v, false, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
 			}
-			if err == nil {
-				err = errors.New("answered after the slow threshold")
+			why := "answered after the slow threshold"
+			if err != nil {
+				why = err.Error()
 			}
-			return v, false, fmt.Errorf("%w: %v", ErrProbeFailed, err)
+			return v, false, fmt.Errorf("%w: %s", ErrProbeFailed, why)
 		}
 		// The probe's latency is not the call's: its return ends its
 		// seat in the delay rule's round, but feeds no average.
