@@ -63,6 +63,27 @@ func (s step) call(ctx context.Context) (string, error) {
 	return "ch_1", nil
 }
 
+// answersIn is a dependency that answers after d on the bubble's clock, or
+// gives up when its caller does.
+func answersIn(d time.Duration) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		select {
+		case <-time.After(d):
+			return "ch_1", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// probeAnswersIn is answersIn as a probe (Options.Probe).
+func probeAnswersIn(d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := answersIn(d)(ctx)
+		return err
+	}
+}
+
 // bundle is what setup returns: a policy, its metrics, and the breaker
 // transitions it logged.
 type bundle struct {

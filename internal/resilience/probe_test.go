@@ -3,7 +3,6 @@ package resilience
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,16 +154,10 @@ func TestTheCallAfterItsProbeHasItsOwnClock(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, opened := hungAndOpen(t)
-		b.p.probe = func(ctx context.Context) error {
-			time.Sleep(300 * time.Millisecond)
-			return nil
-		}
+		b.p.probe = probeAnswersIn(300 * time.Millisecond)
 		advance(time.Until(opened.Add(time.Second)) + time.Nanosecond) // half-open
 		slowBefore := b.calls(t, "slow")
-		_, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
-			time.Sleep(300 * time.Millisecond)
-			return "ch_1", nil
-		})
+		_, err := Do(context.Background(), b.p, answersIn(300*time.Millisecond))
 		if err != nil {
 			t.Fatalf("call after a 300 ms probe: %v", err)
 		}
@@ -215,10 +208,7 @@ func TestALateProbeIsAnAnswerTheCallIsTheVerdict(t *testing.T) {
 			c.Background = true
 		})
 		for range 20 { // an average of 100 ms: late at 200 ms, slow at 400 ms
-			if _, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
-				time.Sleep(100 * time.Millisecond)
-				return "ch_1", nil
-			}); err != nil {
+			if _, err := Do(context.Background(), b.p, answersIn(100*time.Millisecond)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -241,10 +231,7 @@ func TestALateProbeIsAnAnswerTheCallIsTheVerdict(t *testing.T) {
 		advance(b.p.RetryAfter() + time.Nanosecond)
 		b.p.TakeEvents()
 		b.p.Impose(Imposed{Source: SourceFleet, HoldFor: 5 * time.Second, Probes: 1})
-		b.p.probe = func(context.Context) error {
-			time.Sleep(300 * time.Millisecond)
-			return nil
-		}
+		b.p.probe = probeAnswersIn(300 * time.Millisecond)
 		var made atomic.Bool
 		_, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
 			made.Store(true)
@@ -269,16 +256,10 @@ func TestRetryAfterAwaitsTheProbeAndItsCall(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := halfOpenWithProbe(t)
-		b.p.probe = func(context.Context) error {
-			time.Sleep(300 * time.Millisecond)
-			return nil
-		}
+		b.p.probe = probeAnswersIn(300 * time.Millisecond)
 		done := make(chan error, 1)
 		go func() {
-			_, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
-				time.Sleep(350 * time.Millisecond)
-				return "ch_1", nil
-			})
+			_, err := Do(context.Background(), b.p, answersIn(350*time.Millisecond))
 			done <- err
 		}()
 		advance(550 * time.Millisecond) // the probe answered at 300 ms; the call is out until 650 ms
@@ -291,45 +272,62 @@ func TestRetryAfterAwaitsTheProbeAndItsCall(t *testing.T) {
 	})
 }
 
-// The call's clock restarts while its probe's timer may be firing — at the
-// overdue step, the late one or the slow one — and every call is still
-// reported once, with no overdue call left counted. Real time: the steps
-// are milliseconds apart and the restarts land at random among them.
-func TestRestartingTheClockRacesTheTimerSafely(t *testing.T) {
+// The call's clock restarts wherever its probe's timer has got to — not
+// yet overdue, overdue, late for the limit, slow for the breaker — and
+// the call is still reported once, with no overdue call left counted;
+// only a probe the breaker has heard as slow cannot hand its clock on.
+func TestRestartingTheClockLeavesNothingCounted(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) {
-		c.SlowCallThreshold = 4 * time.Millisecond
-		c.AttemptTimeout = 50 * time.Millisecond
-		c.LimitInitial, c.LimitMax = 20, 20
-		c.MinCalls, c.WindowSize = 1<<20, 1<<20 // never trips
-	})
-	br := b.p.breaker
-	br.limit.latency.Store(int64(2 * time.Millisecond)) // overdue at 2.2 ms, late at 2.4 ms
-	const n = 1000
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for range n / 4 {
+	for _, tt := range []struct {
+		name      string
+		after     time.Duration // with an average of 200 ms: overdue at 220, late at 240, slow at 400
+		restarted bool
+	}{
+		{"running", 100 * time.Millisecond, true},
+		{"overdue", 230 * time.Millisecond, true},
+		{"late", 300 * time.Millisecond, true},
+		{"slow", 450 * time.Millisecond, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, func(c *Config) { c.MinCalls, c.WindowSize = 100, 100 }) // never trips
+				br := b.p.breaker
+				br.limit.latency.Store(int64(200 * time.Millisecond))
 				c, err := br.allow()
 				if err != nil {
-					t.Error(err)
-					return
+					t.Fatal(err)
 				}
 				c.startClock()
-				time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
-				if c.restartClock() {
-					time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+				advance(tt.after)
+				if got := c.restartClock(); got != tt.restarted {
+					t.Fatalf("restartClock = %v, want %v", got, tt.restarted)
 				}
+				overdue := func() int {
+					br.limit.mu.Lock()
+					defer br.limit.mu.Unlock()
+					return br.limit.overdue
+				}
+				if got := overdue(); got != 0 && tt.restarted {
+					t.Errorf("overdue calls counted after the restart = %d, want 0", got)
+				}
+				// Past the new clock's overdue and late steps, short of its
+				// slow threshold: a healthy call, unless the probe's slow
+				// verdict came first.
+				advance(300 * time.Millisecond)
 				c.finish(nil, br.calls.success)
-			}
+				want := [2]int{1, 0}
+				if !tt.restarted {
+					want = [2]int{0, 1}
+				}
+				if got := [2]int{b.calls(t, "success"), b.calls(t, "slow")}; got != want {
+					t.Errorf("reported successful, slow = %v, want %v", got, want)
+				}
+				if got := overdue(); got != 0 {
+					t.Errorf("overdue calls counted at the end = %d, want 0", got)
+				}
+			})
 		})
-	}
-	wg.Wait()
-	br.limit.mu.Lock()
-	overdue := br.limit.overdue
-	br.limit.mu.Unlock()
-	if got := b.calls(t, "success") + b.calls(t, "slow"); overdue != 0 || got != n {
-		t.Errorf("overdue calls counted = %d, want 0; calls reported = %d, want %d", overdue, got, n)
 	}
 }
 
