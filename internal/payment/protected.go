@@ -110,12 +110,7 @@ func IsInProgress(err error) bool {
 // flight), the bulkhead stayed full, or the lookup sent before it over a
 // limit full of held calls failed (resilience.ErrProbeFailed). Such a call cost the
 // provider nothing and is worth trying again once RetryAfter has passed.
-func IsRefused(err error) bool {
-	return errors.Is(err, resilience.ErrOpen) ||
-		errors.Is(err, resilience.ErrTooManyRequests) ||
-		errors.Is(err, resilience.ErrBulkheadFull) ||
-		errors.Is(err, resilience.ErrProbeFailed)
-}
+func IsRefused(err error) bool { return resilience.Refused(err) }
 
 // Policy is the stack the client's calls go through, for a coordinator
 // that shares its breaker with other processes (internal/fleet).

@@ -59,10 +59,11 @@ type Options struct {
 	// a closed breaker lets past such a limit — sends Probe first, in the
 	// same slot and under the same breaker admission: a dependency still
 	// hanging then holds a question, not the call's effect (a payment a
-	// customer waits on). If Probe answers in time, the call follows at
-	// once on a fresh attempt timeout, and its outcome is the breaker's
-	// and the limit's verdict; otherwise Probe's outcome is, the call is
-	// not made, and Do returns ErrProbeFailed. nil sends the call itself.
+	// customer waits on). If Probe answers before the slow threshold (a
+	// final answer counts), the call follows at once on a fresh attempt
+	// timeout and slow-call clock, and its outcome is the breaker's and
+	// the limit's verdict; otherwise Probe's outcome is, the call is not
+	// made, and Do returns ErrProbeFailed. nil sends the call itself.
 	Probe func(context.Context) error
 }
 
@@ -211,10 +212,10 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		if err == nil {
 			return v, nil
 		}
-		if refused(err) {
+		if Refused(err) {
 			traceRejected(ctx, p, n, err)
 		}
-		if prev != nil && refused(err) {
+		if prev != nil && Refused(err) {
 			// Keep the failure that made us retry; the refusal is what
 			// the caller's fallback decides on.
 			err = fmt.Errorf("%w (attempt %d); attempt %d: %w", err, n, n-1, prev)
@@ -239,8 +240,11 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 	}
 }
 
-// refused reports whether the stack refused an attempt without making it.
-func refused(err error) bool {
+// Refused reports whether the stack turned a call away without making it:
+// the breaker refused it (ErrOpen, ErrTooManyRequests), the limit stayed
+// full (ErrBulkheadFull), or the probe sent before it failed
+// (ErrProbeFailed). Such a call cost the dependency nothing.
+func Refused(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) ||
 		errors.Is(err, ErrBulkheadFull) || errors.Is(err, ErrProbeFailed)
 }
@@ -272,39 +276,47 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		}
 	}()
 	if overLimit && p.probe != nil {
-		// Over a limit full of held slots, the probe goes first, in the
-		// call's slot and admission (Options.Probe). An answer in time —
-		// a final one too, such as a 4xx: the dependency answered — is no
-		// verdict yet: the call follows on a fresh clock, and its outcome
-		// is what the breaker and the limit hear, as without a probe. Any
-		// other outcome is the verdict, and the call is not made.
-		_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, p.probe(ctx)
-		})
-		answered := err == nil || (!timedOut && ctx.Err() == nil && p.classify(err) == Final)
-		if !answered || !c.restartClock() {
-			completed = true
-			p.settle(ctx, c, seat, sent, timedOut, err)
-			// The probe's error as text, not wrapped: the call was not
-			// made, so it did not time out or fail. Only the caller's own
-			// end stays reachable.
-			if ctx.Err() != nil {
-				return v, false, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
-			}
-			why := "answered after the slow threshold"
-			if err != nil {
-				why = err.Error()
-			}
-			return v, false, fmt.Errorf("%w: %s", ErrProbeFailed, why)
+		if seat, sent, err = p.probeFirst(ctx, c, seat, sent); err != nil {
+			completed = true // probeFirst settled it
+			return v, false, err
 		}
-		// The probe's latency is not the call's: its return ends its
-		// seat in the delay rule's round, but feeds no average.
-		p.limit.returned(seat, sent, false)
-		seat, sent = p.limit.sending(), time.Now()
 	}
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 	completed = true
 	return v, p.settle(ctx, c, seat, sent, timedOut, err), err
+}
+
+// probeFirst sends the policy's probe in the slot and admission of the
+// call c stands for, sent at sent on seat (Options.Probe). An answer
+// before the slow threshold — a final one too, such as a 4xx: the
+// dependency answered — is no verdict yet: it returns a fresh seat and
+// send time for the call, whose clock it restarts, and whose outcome is
+// what the breaker and the limit will hear, as without a probe. Any other
+// outcome is the verdict: probeFirst settles c with it and returns
+// ErrProbeFailed.
+func (p *Policy) probeFirst(ctx context.Context, c *call, s seat, sent time.Time) (seat, time.Time, error) {
+	_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, p.probe(ctx)
+	})
+	answered := err == nil || (!timedOut && ctx.Err() == nil && p.classify(err) == Final)
+	if answered && c.restartClock() {
+		// The probe's latency is not the call's: its return ends its
+		// seat in the delay rule's round, but feeds no average.
+		p.limit.returned(s, sent, false)
+		return p.limit.sending(), time.Now(), nil
+	}
+	p.settle(ctx, c, s, sent, timedOut, err)
+	// The probe's error as text, not wrapped: the call was not made, so
+	// it did not time out or fail. Only the caller's own end stays
+	// reachable.
+	if ctx.Err() != nil {
+		return s, sent, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
+	}
+	why := "answered after the slow threshold"
+	if err != nil {
+		why = err.Error()
+	}
+	return s, sent, fmt.Errorf("%w: %s", ErrProbeFailed, why)
 }
 
 // admit asks the breaker, then the concurrency limit, for a call: it

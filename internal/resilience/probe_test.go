@@ -58,7 +58,7 @@ func TestAProbeGoesBeforeACallOverTheHeldSlots(t *testing.T) {
 			t.Fatalf("call while the probe hangs: err = %v, want ErrProbeFailed", err)
 		case errors.Is(err, ErrTimeout):
 			t.Errorf("err = %v: a call never made must not read as timed out", err)
-		case !refused(err):
+		case !Refused(err):
 			t.Errorf("err = %v: want it counted as a refusal (nothing was sent)", err)
 		case rejectionReason(err) != "probe_failed":
 			t.Errorf("traced as rejected for %q, want probe_failed", rejectionReason(err))
@@ -140,7 +140,7 @@ func TestAProbesSlotPassesToItsCall(t *testing.T) {
 			t.Errorf("caller that probed: err = %v, call made %v; want its call made", err, made.Load())
 		}
 		for range 3 {
-			if err := <-queued; err != nil && !refused(err) {
+			if err := <-queued; err != nil && !Refused(err) {
 				t.Errorf("queued caller: err = %v", err)
 			}
 		}
