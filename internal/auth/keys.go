@@ -240,8 +240,18 @@ func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error
 		// unverified iat decides only between 401 and 503. It has whole
 		// seconds, so "after" means after the end of its second: a fetch
 		// in the same second may have come before the key was published.
+		//
+		// An iat later than now plus MaxSkew settles it too: the issuer we
+		// trust did not sign it (Verify refuses such an iat whatever the
+		// key), and no fetch would ever come after it, so made-up key ids
+		// with future iats would otherwise always get 503 and page the
+		// operator.
+		iat := issuedAt(jws)
+		if iat.After(k.now().Add(MaxSkew)) {
+			return nil, fmt.Errorf("no key %q in the issuer's JWKS, and issued in the future (%v)", kid, iat)
+		}
 		k.mu.Lock()
-		settled := k.healthy && k.lastAttempt.After(issuedAt(jws).Add(time.Second))
+		settled := k.healthy && k.lastAttempt.After(iat.Add(time.Second))
 		k.mu.Unlock()
 		if settled {
 			return nil, fmt.Errorf("no key %q in the issuer's JWKS", kid)
