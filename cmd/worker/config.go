@@ -17,7 +17,7 @@ import (
 )
 
 // config is every setting of the worker binary, read from the environment
-// in one place. README.md lists each variable; a test keeps the two in sync.
+// in one place. docs/operations.md lists each variable; a test keeps the two in sync.
 type config struct {
 	HTTPAddr        string
 	LogLevel        string
@@ -28,11 +28,14 @@ type config struct {
 	Tracing         telemetry.TracingConfig
 	PaymentURL      string
 	Resilience      resilience.Config
-	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
-	FleetListenURL  string
-	Worker          worker.Config
-	RiverUIUser     string
-	RiverUIPassword string
+	// LedgerResilience is the stack the ledger walk's page reads go
+	// through (policy "payment-ledger"), apart from the charges'.
+	LedgerResilience resilience.Config
+	FleetBreaker     bool // share the payment breaker with every process (internal/fleet)
+	FleetListenURL   string
+	Worker           worker.Config
+	RiverUIUser      string
+	RiverUIPassword  string
 }
 
 // workerResilienceDefaults adjusts the defaults (docs/design.md, "Defaults") for a background
@@ -73,6 +76,31 @@ func workerResilienceDefaults() resilience.Config {
 	return d
 }
 
+// ledgerResilienceDefaults is the stack of the ledger walk's page reads:
+// one page of up to a hundred charges at a time, each read given
+// pageTimeout. A page is a read of another size and cost than a charge,
+// and it moves no money, so nothing of the charges' stack fits it: not
+// their 500 ms timeout (a slower page would never be read, and the walk
+// would never advance), not their slow-call rule (a healthy provider's
+// slow page would count against the charges' breaker, which the fleet
+// shares, and defer live orders), not their limit or abandoned-call hold
+// (a page would take a charge's slot). Its breaker opens on failures and
+// timeouts only, so a provider that is down is not read page after page,
+// and it is this policy's alone: it never joins the fleet.
+func ledgerResilienceDefaults(pageTimeout time.Duration) resilience.Config {
+	d := resilience.DefaultConfig()
+	d.Mode = resilience.ModeProtected
+	d.AttemptTimeout = pageTimeout
+	d.SlowCallThreshold = pageTimeout
+	d.MinCalls = 4
+	d.HalfOpenProbes = 1
+	d.Limit = resilience.LimitStatic
+	d.BulkheadSize = 1
+	d.AbandonedHold = 0
+	d.LimitLateFactor = 0
+	return d
+}
+
 // defaultConcurrency is WORKER_CONCURRENCY's default: River's ceiling on
 // charge jobs running at once, above the limit's maximum (20) so that jobs
 // wait at the limit, not in River's queue.
@@ -97,6 +125,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
 		FleetListenURL:  env.OptionalURL("FLEET_LISTEN_DATABASE_URL", "postgres", "postgresql"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
+		LedgerResilience: ledgerResilienceDefaults(
+			env.Duration("LEDGER_PAGE_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute)),
 		Worker: worker.Config{
 			Concurrency: env.Int("WORKER_CONCURRENCY", defaultConcurrency, 1, 1000),
 			Charge: worker.ChargePolicy{
@@ -116,6 +146,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Ledger: ledger.Config{
 				Interval: env.Duration("LEDGER_RECONCILE_INTERVAL", walk.Interval, time.Second, 24*time.Hour),
 				Grace:    env.Duration("LEDGER_RECONCILE_GRACE", walk.Grace, time.Second, 24*time.Hour),
+				Late:     env.Duration("LEDGER_RECONCILE_LATE", walk.Late, 0, 24*time.Hour),
 				Lookback: env.Duration("LEDGER_RECONCILE_LOOKBACK", walk.Lookback, time.Minute, 365*24*time.Hour),
 			},
 			RescueStuckJobsAfter: env.Duration("RESCUE_STUCK_JOBS_AFTER", time.Minute, time.Second, time.Hour),
@@ -123,7 +154,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			PruneInterval:        env.Duration("IDEMPOTENCY_PRUNE_INTERVAL", time.Hour, time.Second, 24*time.Hour),
 			ShutdownTimeout:      shutdownTimeout,
 			// true behind a pooler in transaction mode, where LISTEN cannot
-			// work (README.md "PgBouncer").
+			// work (docs/operations.md, "PgBouncer").
 			PollOnly: env.OneOf("RIVER_POLL_ONLY", "false", "true", "false") == "true",
 		},
 		RiverUIUser:     env.String("RIVERUI_USER", ""),
@@ -153,6 +184,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if err := cfg.Resilience.Validate(); err != nil {
 		return cfg, fmt.Errorf("PAYMENT_*/BREAKER_* settings: %w", err)
 	}
+	if err := cfg.LedgerResilience.Validate(); err != nil {
+		return cfg, fmt.Errorf("LEDGER_PAGE_TIMEOUT: %w", err)
+	}
 	return cfg, errors.Join(checkTimings(cfg, checkout), riverUI.Check())
 }
 
@@ -171,6 +205,13 @@ func checkTimings(cfg config, checkout order.Config) error {
 	if lookup := cfg.Worker.Charge.LookupAfter; lookup < inFlight {
 		errs = append(errs, fmt.Errorf("LOOKUP_AFTER=%s: want at least %s (%s), the longest an attempt can be in flight at the provider (PAYMENT_ATTEMPT_TIMEOUT %s, PAYMENT_ABANDONED_HOLD %s)",
 			lookup, inFlightVar, inFlight, cfg.Resilience.AttemptTimeout, cfg.Resilience.AbandonedHold))
+	}
+	// A charge the provider worked on for that long appears in its list
+	// that late after its creation time; the ledger walk's look-back must
+	// reach back at least as far, or it could miss the charge for good.
+	if late := cfg.Worker.Ledger.Late; late < inFlight {
+		errs = append(errs, fmt.Errorf("LEDGER_RECONCILE_LATE=%s: want at least %s (%s), the longest an attempt can be in flight at the provider, after which its charge may first appear in the provider's list",
+			late, inFlightVar, inFlight))
 	}
 	// A pending order younger than checkout's longest request may still
 	// have its request running; sweeping it would charge it twice at once

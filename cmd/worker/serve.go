@@ -19,7 +19,8 @@ import (
 )
 
 // serve wires the worker: database pool, the worker's own protected payment
-// client (policy "payment-worker"), the River worker and the HTTP server
+// client (policy "payment-worker") and one for the ledger walk's reads
+// (policy "payment-ledger"), the River worker and the HTTP server
 // with probes, metrics and River UI. It blocks until ctx is done, then stops
 // River softly (running charges finish) and the server.
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
@@ -48,6 +49,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	ledgerReader, err := payment.NewProtectedClient("payment-ledger", cfg.PaymentURL, cfg.LedgerResilience, rm, logger)
+	if err != nil {
+		return err
+	}
 	// The tracing plugin links each job's span to the trace that inserted
 	// the job (for a charge: the request that deferred the order).
 	cfg.Worker.Plugins = []rivertype.Plugin{telemetry.RiverPlugin(tracing.Provider)}
@@ -60,7 +65,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		}
 		defer stop()
 	}
-	w, err := worker.New(pool, orderpayment.New(provider), provider, cfg.Worker, reg, logger)
+	w, err := worker.New(pool, orderpayment.New(provider), ledgerReader, cfg.Worker, reg, logger)
 	if err != nil {
 		return err
 	}

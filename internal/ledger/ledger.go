@@ -42,9 +42,16 @@ type Config struct {
 	Interval time.Duration
 	// Grace is how long an unsettled order the provider charged is left to
 	// its own recovery (the API's settle, the sweep, the charge job) before
-	// the walk settles it (LEDGER_RECONCILE_GRACE). The walk does not go
-	// past such a charge until then, so it is checked again.
+	// the walk settles it (LEDGER_RECONCILE_GRACE). Until then the walk
+	// leaves the charge to a later window, which starts no later than it.
 	Grace time.Duration
+	// Late bounds how long after its creation time a charge may first
+	// appear in the provider's list as a success (LEDGER_RECONCILE_LATE):
+	// the longest the provider may work on a charge request, plus the skew
+	// between its clock and this process's. Each window re-reads this much
+	// of the one before it; a charge that appears later than this is
+	// missed by the walk (see docs/design.md, "Reconciliation").
+	Late time.Duration
 	// Lookback is where a first walk starts: charges created this long
 	// before it (LEDGER_RECONCILE_LOOKBACK).
 	Lookback time.Duration
@@ -53,10 +60,12 @@ type Config struct {
 // DefaultConfig: a walk a minute finds a lost order's charge within
 // about a minute of the database's return; two minutes of grace exceed the
 // sweep's recovery of an order whose settle was lost (10 s + 5 s + pickup)
-// many times over; a first walk reads a day back, the provider's key
-// retention.
+// many times over; two minutes of look-back are twelve times the longest a
+// charge is held by the simulator's hang (10 s), and cost a walk two
+// minutes of the list read again; a first walk reads a day back, the
+// provider's key retention.
 func DefaultConfig() Config {
-	return Config{Interval: time.Minute, Grace: 2 * time.Minute, Lookback: 24 * time.Hour}
+	return Config{Interval: time.Minute, Grace: 2 * time.Minute, Late: 2 * time.Minute, Lookback: 24 * time.Hour}
 }
 
 // Kinds of finding.
@@ -67,6 +76,10 @@ const (
 	OrderFailed = "order_failed"
 	// SecondCharge: the order is paid by another charge.
 	SecondCharge = "second_charge"
+	// Mismatch: the order is unsettled, or failed, and the charge is
+	// for another amount or currency (order.ErrChargeMismatch): the walk
+	// does not settle it.
+	Mismatch = "charge_mismatch"
 	// Settled: the order was unsettled past the grace; the walk
 	// settled it as paid by this charge. Resolved: nothing for a person.
 	Settled = "settled_paid"
@@ -103,7 +116,7 @@ func New(db *pgxpool.Pool, charges ChargeList, cfg Config, reg prometheus.Regist
 	r := &Reconciler{db: db, charges: charges, cfg: cfg, log: log, now: time.Now, pageSize: ledgerPage,
 		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "checkout_ledger_findings_total",
-			Help: "Provider charges that no paid order accounts for, found by the ledger reconciliation, by kind: no_order, order_failed and second_charge need a person; settled_paid was resolved.",
+			Help: "Provider charges that no paid order accounts for, found by the ledger reconciliation, by kind: no_order, order_failed, second_charge and charge_mismatch need a person; settled_paid was resolved.",
 		}, []string{"kind"}),
 		checked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "checkout_ledger_charges_checked_total",
@@ -115,7 +128,7 @@ func New(db *pgxpool.Pool, charges ChargeList, cfg Config, reg prometheus.Regist
 			return nil, err
 		}
 	}
-	for _, k := range []string{NoOrder, OrderFailed, SecondCharge, Settled} {
+	for _, k := range []string{NoOrder, OrderFailed, SecondCharge, Mismatch, Settled} {
 		r.findings.WithLabelValues(k) // exported at 0 from the start, for alerts
 	}
 	return r, nil
@@ -128,70 +141,98 @@ func Periodic(cfg Config) *river.PeriodicJob {
 		&river.PeriodicJobOpts{ID: "reconcile_provider_ledger", RunOnStart: true})
 }
 
-// watermark is where the last walk stopped: the last charge it checked.
-type watermark struct {
-	chargeID string
-	created  time.Time
+// walk is where the reconciliation stands: the window of creation time
+// being walked and the last charge checked in it, or, between windows,
+// where the next one starts.
+//
+// The walk never trusts the order of the provider's list. A provider lists
+// newest first, and stamps a charge's creation time when the request
+// starts, so a charge whose request it worked on for long appears after
+// charges created later than it. A window [from, to] walked by cursor
+// sees every charge the list held when the window began (a list only ever
+// gains charges); a charge that appeared after that was created after to
+// less Late, so the next window, which starts at to less Late, sees it.
+type walk struct {
+	from, to time.Time // the window; both zero between windows
+	cursor   string    // the last charge checked in the window
+	// waitingFrom is the earliest creation time of a charge the window
+	// left for later (its order unsettled within the grace); zero if none.
+	waitingFrom time.Time
+	nextFrom    time.Time
 }
 
-// Work walks the charge list from the stored watermark, a page at a time.
-// Each page's findings, settles and the new watermark commit together, so
-// a walk cut short (a crash, a provider that fails) resumes after the last
-// page it finished, and a page walked twice finds nothing new.
+// open reports whether a window is being walked.
+func (w walk) open() bool { return !w.to.IsZero() }
+
+// closed is w with its window done: the next one starts Late before this
+// one's end, or at the earliest charge it left for later.
+func (w walk) closed(late time.Duration) walk {
+	next := w.to.Add(-late)
+	if !w.waitingFrom.IsZero() && w.waitingFrom.Before(next) {
+		next = w.waitingFrom
+	}
+	return walk{nextFrom: next}
+}
+
+// Work walks one window of the charge list, a page at a time: the window
+// a run cut short (a crash, a provider that fails, the page bound) left
+// open, or a new one from where the last ended to now. Each page's
+// findings, settles and the walk's new state commit together, so a walk
+// resumes after the last page it finished, and a page walked twice finds
+// nothing new.
 func (r *Reconciler) Work(ctx context.Context, _ *river.Job[Args]) error {
-	wm, err := r.watermark(ctx)
+	w, err := r.load(ctx)
 	if err != nil {
 		return err
 	}
+	if !w.open() {
+		w = walk{from: w.nextFrom, to: r.now(), nextFrom: w.nextFrom}
+	}
 	for range ledgerPages {
-		q := payment.ListQuery{Limit: r.pageSize, StartingAfter: wm.chargeID, CreatedGTE: wm.created}
+		q := payment.ListQuery{Limit: r.pageSize, StartingAfter: w.cursor, CreatedGTE: w.from, CreatedLTE: w.to}
 		page, err := r.charges.ListCharges(ctx, q)
-		if errors.Is(err, payment.ErrPermanent) && wm.chargeID != "" {
-			// The provider no longer knows the cursor's charge: walk on
-			// from its creation time. The charges of that instant are
+		if errors.Is(err, payment.ErrPermanent) && w.cursor != "" {
+			// The provider no longer knows the cursor's charge: walk the
+			// window again from its start. Charges checked already are
 			// checked again, which finds nothing new.
-			r.log.WarnContext(ctx, "ledger reconciliation: the provider refused the watermark's charge as a cursor; resuming by time", "charge_id", wm.chargeID, "err", err)
-			wm.chargeID = ""
+			r.log.WarnContext(ctx, "ledger reconciliation: the provider refused the cursor's charge; walking the window again", "charge_id", w.cursor, "err", err)
+			w.cursor = ""
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("list provider charges after %q: %w", wm.chargeID, err)
+			return fmt.Errorf("list provider charges from %s to %s after %q: %w", w.from.Format(time.RFC3339Nano), w.to.Format(time.RFC3339Nano), w.cursor, err)
 		}
-		next, done, err := r.checkPage(ctx, wm, page.Charges)
-		if err != nil {
+		if w, err = r.checkPage(ctx, w, page); err != nil {
 			return err
 		}
-		wm = next
-		if done || !page.HasMore {
+		if !w.open() {
 			return nil
 		}
 	}
 	return nil
 }
 
-// checkPage checks charges in order and commits what it found with the
-// watermark of the last one checked. It stops (done) at a charge for an
-// unsettled order still within its grace: the next run checks it again.
-func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []payment.ListedCharge) (watermark, bool, error) {
+// checkPage checks a page's charges and commits what it found with the
+// walk's new state: the cursor at the page's last charge, or, on the
+// window's last page, the window closed.
+func (r *Reconciler) checkPage(ctx context.Context, w walk, page payment.ChargePage) (walk, error) {
 	var (
-		found   []finding
-		checked int
-		done    bool
+		found []finding
+		next  walk
 	)
 	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		found, checked, done = nil, 0, false
-		orders, err := order.GetMany(ctx, tx, orderIDs(charges))
+		found, next = nil, w
+		orders, err := order.GetMany(ctx, tx, orderIDs(page.Charges))
 		if err != nil {
 			return err
 		}
-		for _, ch := range charges {
+		for _, ch := range page.Charges {
 			f, wait, err := r.check(ctx, tx, ch, orders)
 			if err != nil {
 				return err
 			}
-			if wait {
-				done = true
-				break
+			if wait && (next.waitingFrom.IsZero() || ch.Created.Before(next.waitingFrom)) {
+				next.waitingFrom = ch.Created
 			}
 			if f != nil {
 				if err := recordFinding(ctx, tx, ch, f); err != nil {
@@ -199,19 +240,21 @@ func (r *Reconciler) checkPage(ctx context.Context, wm watermark, charges []paym
 				}
 				found = append(found, *f)
 			}
-			wm = watermark{chargeID: ch.ID, created: ch.Created}
-			checked++
+			next.cursor = ch.ID
 		}
-		return storeWatermark(ctx, tx, wm)
+		if !page.HasMore {
+			next = next.closed(r.cfg.Late)
+		}
+		return storeWalk(ctx, tx, next)
 	})
 	if err != nil {
-		return wm, false, fmt.Errorf("reconcile provider charges: %w", err)
+		return w, fmt.Errorf("reconcile provider charges: %w", err)
 	}
 	for _, f := range found {
 		r.report(ctx, f)
 	}
-	r.checked.Add(float64(checked))
-	return wm, done, nil
+	r.checked.Add(float64(len(page.Charges)))
+	return next, nil
 }
 
 // orderIDs returns the references of charges that are order ids.
@@ -234,7 +277,8 @@ type finding struct {
 }
 
 // check classifies one charge against its order, among the page's orders.
-// wait: the order is unsettled and within its grace.
+// wait: the order is unsettled and within its grace, or was settled while
+// the walk looked at it; a later window checks the charge again.
 func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedCharge, orders map[uuid.UUID]order.Order) (*finding, bool, error) {
 	id, err := uuid.Parse(ch.Reference)
 	o, ok := orders[id]
@@ -253,11 +297,18 @@ func (r *Reconciler) check(ctx context.Context, tx pgx.Tx, ch payment.ListedChar
 	if r.now().Sub(o.UpdatedAt) < r.cfg.Grace {
 		return nil, true, nil
 	}
-	settled, changed, err := order.Settle(ctx, tx, o, order.Settlement{Status: order.StatusPaid, ChargeID: ch.ID})
+	to, err := order.SettlementFor(o, []order.Receipt{{ChargeID: ch.ID, Amount: ch.Amount, Currency: ch.Currency}})
+	if errors.Is(err, order.ErrChargeMismatch) {
+		return &finding{charge: ch, kind: Mismatch, orderStatus: o.Status}, false, nil
+	}
 	if err != nil {
 		return nil, false, err
 	}
-	if !changed { // settled meanwhile: checked again next run
+	settled, changed, err := order.Settle(ctx, tx, o, to)
+	if err != nil {
+		return nil, false, err
+	}
+	if !changed { // settled meanwhile: checked again by a later window
 		return nil, true, nil
 	}
 	// A second charge of the same order later in the page is a second
@@ -298,29 +349,57 @@ func (r *Reconciler) report(ctx context.Context, f finding) {
 		"amount", f.charge.Amount, "currency", f.charge.Currency, "charged_at", f.charge.Created)
 }
 
-// watermark loads where the last walk stopped; with none, a first walk
-// starts Lookback ago.
-func (r *Reconciler) watermark(ctx context.Context) (watermark, error) {
-	var wm watermark
-	err := r.db.QueryRow(ctx, `SELECT last_charge_id, last_created FROM ledger_watermark WHERE provider = 'payment'`).Scan(&wm.chargeID, &wm.created)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return watermark{created: r.now().Add(-r.cfg.Lookback)}, nil
+// load reads where the walk stands. Before this release's first walk the
+// previous release's watermark, the creation time of the last charge it
+// checked, less Late, is where the first window starts; with neither, a
+// first walk starts Lookback ago.
+func (r *Reconciler) load(ctx context.Context) (walk, error) {
+	var (
+		w                   walk
+		from, to, waitingAt *time.Time
+	)
+	err := r.db.QueryRow(ctx, `SELECT window_from, window_to, cursor, waiting_from, next_from FROM ledger_walk WHERE provider = 'payment'`).
+		Scan(&from, &to, &w.cursor, &waitingAt, &w.nextFrom)
+	switch {
+	case err == nil:
+		w.from, w.to, w.waitingFrom = deref(from), deref(to), deref(waitingAt)
+		return w, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return w, fmt.Errorf("load the ledger walk: %w", err)
 	}
-	if err != nil {
-		return wm, fmt.Errorf("load the ledger watermark: %w", err)
+	var last time.Time
+	err = r.db.QueryRow(ctx, `SELECT last_created FROM ledger_watermark WHERE provider = 'payment'`).Scan(&last)
+	switch {
+	case err == nil:
+		return walk{nextFrom: last.Add(-r.cfg.Late)}, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return walk{nextFrom: r.now().Add(-r.cfg.Lookback)}, nil
 	}
-	return wm, nil
+	return w, fmt.Errorf("load the previous ledger watermark: %w", err)
 }
 
-func storeWatermark(ctx context.Context, tx pgx.Tx, wm watermark) error {
-	if wm.chargeID == "" {
-		return nil // nothing checked yet
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
 	}
+	return *t
+}
+
+func orNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func storeWalk(ctx context.Context, tx pgx.Tx, w walk) error {
 	_, err := tx.Exec(ctx, `
-		INSERT INTO ledger_watermark (provider, last_charge_id, last_created, updated_at) VALUES ('payment', $1, $2, now())
-		ON CONFLICT (provider) DO UPDATE SET last_charge_id = $1, last_created = $2, updated_at = now()`, wm.chargeID, wm.created)
+		INSERT INTO ledger_walk (provider, window_from, window_to, cursor, waiting_from, next_from, updated_at)
+		VALUES ('payment', $1, $2, $3, $4, $5, now())
+		ON CONFLICT (provider) DO UPDATE SET window_from = $1, window_to = $2, cursor = $3, waiting_from = $4, next_from = $5, updated_at = now()`,
+		orNull(w.from), orNull(w.to), w.cursor, orNull(w.waitingFrom), w.nextFrom)
 	if err != nil {
-		return fmt.Errorf("store the ledger watermark: %w", err)
+		return fmt.Errorf("store the ledger walk: %w", err)
 	}
 	return nil
 }

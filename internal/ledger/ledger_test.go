@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,11 +202,12 @@ func (f *failingAfter) ListCharges(ctx context.Context, q payment.ListQuery) (pa
 	return f.ChargeList.ListCharges(ctx, q)
 }
 
-// TestLedgerResumesFromItsWatermark: a walk cut short by a provider that
+// TestLedgerResumesWhereItStopped: a walk cut short by a provider that
 // fails keeps what its finished pages found; a new reconciler — a restarted
-// worker — resumes after the last page, finds the rest once, and reports
-// nothing twice; a later walk finds only charges made since.
-func TestLedgerResumesFromItsWatermark(t *testing.T) {
+// worker — resumes the window after the last page, finds the rest once,
+// and reports nothing twice; the next window reads the last one's
+// look-back again and reports only the charge made since.
+func TestLedgerResumesWhereItStopped(t *testing.T) {
 	t.Parallel()
 	b := setupLedger(t, 2)
 	var lost []string
@@ -230,15 +233,17 @@ func TestLedgerResumesFromItsWatermark(t *testing.T) {
 		t.Errorf("the restarted walk reported %v findings, want the 3 the first did not", got)
 	}
 	if got := testutil.ToFloat64(restarted.checked); got != 3 {
-		t.Errorf("the restarted walk checked %v charges, want the 3 after the stored watermark", got)
+		t.Errorf("the restarted walk checked %v charges, want the 3 after its cursor", got)
 	}
-	late := uuid.NewString()
-	b.charge(t, late)
+	b.charge(t, uuid.NewString())
 	if err := b.work(t, restarted); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(restarted.findings.WithLabelValues(NoOrder)); got != 4 {
 		t.Errorf("after a charge made since: %v findings reported, want 4", got)
+	}
+	if got := testutil.ToFloat64(restarted.checked); got != 3+6 {
+		t.Errorf("charges checked = %v, want 3 and then all 6 again (the look-back covers them)", got)
 	}
 }
 
@@ -261,7 +266,8 @@ func (c *chargingDuring) ListCharges(ctx context.Context, q payment.ListQuery) (
 }
 
 // TestLedgerSeesAChargeMadeWhileItWalks: a charge made after the walk read
-// its first page is found by the same walk.
+// its first page is created after the window's end; the next window finds
+// it.
 func TestLedgerSeesAChargeMadeWhileItWalks(t *testing.T) {
 	t.Parallel()
 	b := setupLedger(t, 2)
@@ -272,6 +278,9 @@ func TestLedgerSeesAChargeMadeWhileItWalks(t *testing.T) {
 	if err := b.work(t, b.reconciler(t, &chargingDuring{ChargeList: b.client, b: b, t: t, ref: late}, 2)); err != nil {
 		t.Fatal(err)
 	}
+	if err := b.work(t, b.r); err != nil {
+		t.Fatal(err)
+	}
 	found := b.findings(t)
 	if len(found) != 4 || !strings.Contains(strings.Join(found, ","), late) {
 		t.Errorf("findings %v; want 4, the late charge among them", found)
@@ -279,12 +288,16 @@ func TestLedgerSeesAChargeMadeWhileItWalks(t *testing.T) {
 }
 
 // TestLedgerWaitsForAnOrdersOwnRecovery: a charge for an unsettled order
-// within its grace is neither a finding nor settled by the walk, which
-// stops there; once the order's own recovery has settled it, the next walk
-// finds nothing and goes on past it.
+// within its grace is neither a finding nor settled by the walk, which goes
+// on past it; the next window starts no later than that charge, so once
+// the grace has passed it is checked again — even with no look-back — and
+// settled.
 func TestLedgerWaitsForAnOrdersOwnRecovery(t *testing.T) {
 	t.Parallel()
 	b := setupLedger(t, 2)
+	cfg := b.r.cfg
+	cfg.Late = 0
+	b.r.cfg = cfg
 	young := b.order(t, uuid.New(), order.StatusPending, "", 0)
 	chargeID := b.charge(t, young.String())
 	after := uuid.NewString()
@@ -292,20 +305,197 @@ func TestLedgerWaitsForAnOrdersOwnRecovery(t *testing.T) {
 	if err := b.work(t, b.r); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.findings(t); len(got) != 0 {
-		t.Fatalf("walk within the order's grace found %v; want nothing yet (not even the charge after it)", got)
+	if got, want := b.findings(t), []string{NoOrder + " " + after}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("walk within the order's grace found %v; want only the charge after it, %v", got, want)
 	}
 	if o, _ := order.Get(context.Background(), b.db, young); o.Status != order.StatusPending {
 		t.Fatalf("order within its grace = %s, want left pending for its own recovery", o.Status)
 	}
-	// Its own recovery settles it meanwhile (the sweep's charge, a replay).
-	if _, _, err := order.Settle(context.Background(), b.db, order.Order{ID: young}, order.Settlement{Status: order.StatusPaid, ChargeID: chargeID}); err != nil {
+	// Its own recovery has not settled it by the end of the grace.
+	if _, err := b.db.Exec(context.Background(), `UPDATE orders SET updated_at = now() - interval '1 hour' WHERE id = $1`, young); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.work(t, b.r); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := b.findings(t), []string{NoOrder + " " + after}; strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("after the order was settled: %v, want only %v", got, want)
+	if got, want := b.findings(t), sorted(NoOrder+" "+after, Settled+" "+young.String()); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("after the grace: %v, want %v", got, want)
+	}
+	if o, _ := order.Get(context.Background(), b.db, young); o.Status != order.StatusPaid || o.ChargeID != chargeID {
+		t.Errorf("order past its grace = %s by %q, want paid by %s", o.Status, o.ChargeID, chargeID)
+	}
+}
+
+// fakeList is a provider's charge list in memory, so a test decides when
+// each charge appears in it. It pages by cursor in the order the provider
+// keeps: the order charges appeared in, as the simulator's, or newest
+// first by creation time, as Stripe's.
+type fakeList struct {
+	mu          sync.Mutex
+	newestFirst bool
+	charges     []payment.ListedCharge // in the order they appeared
+}
+
+// appear adds a charge for reference created at created, and returns it.
+func (f *fakeList) appear(reference string, created time.Time, amount int64, currency string) payment.ListedCharge {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := payment.ListedCharge{ID: fmt.Sprintf("ch_%03d", len(f.charges)), Reference: reference, Amount: amount, Currency: currency, Created: created}
+	f.charges = append(f.charges, ch)
+	return ch
+}
+
+func (f *fakeList) ListCharges(_ context.Context, q payment.ListQuery) (payment.ChargePage, error) {
+	f.mu.Lock()
+	listed := slices.Clone(f.charges)
+	f.mu.Unlock()
+	if f.newestFirst {
+		sort.SliceStable(listed, func(i, j int) bool {
+			if !listed[i].Created.Equal(listed[j].Created) {
+				return listed[i].Created.After(listed[j].Created)
+			}
+			return listed[i].ID > listed[j].ID
+		})
+	}
+	if q.StartingAfter != "" {
+		i := slices.IndexFunc(listed, func(ch payment.ListedCharge) bool { return ch.ID == q.StartingAfter })
+		if i < 0 {
+			return payment.ChargePage{}, fmt.Errorf("no such charge %s: %w", q.StartingAfter, payment.ErrPermanent)
+		}
+		listed = listed[i+1:]
+	}
+	var page payment.ChargePage
+	for _, ch := range listed {
+		if ch.Created.Before(q.CreatedGTE) || !q.CreatedLTE.IsZero() && ch.Created.After(q.CreatedLTE) {
+			continue
+		}
+		if len(page.Charges) == q.Limit {
+			page.HasMore = true
+			break
+		}
+		page.Charges = append(page.Charges, ch)
+	}
+	return page, nil
+}
+
+// TestLedgerFindsAChargeThatAppearsLate: charge A's request reached the
+// provider first and hung there; charge B, created 50 µs later, finished
+// first. A walk checks B; then A appears, after B, created before it. The
+// next walk finds A.
+func TestLedgerFindsAChargeThatAppearsLate(t *testing.T) {
+	t.Parallel()
+	b := setupLedger(t, 2)
+	list := &fakeList{}
+	r := b.reconciler(t, list, 2)
+	createdA := time.Now().Add(-10 * time.Second)
+	refA, refB := uuid.NewString(), uuid.NewString()
+	list.appear(refB, createdA.Add(50*time.Microsecond), 2598, "USD")
+	if err := b.work(t, r); err != nil {
+		t.Fatal(err)
+	}
+	list.appear(refA, createdA, 2598, "USD")
+	for range 3 {
+		if err := b.work(t, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := b.findings(t), sorted(NoOrder+" "+refA, NoOrder+" "+refB); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("findings %v, want both charges: %v", got, want)
+	}
+}
+
+// TestLedgerFindsLateChargesInANewestFirstList: a provider that lists
+// newest first, a page of two at a time. Five charges are walked; then a
+// charge created among them appears (its request hung), and one made since;
+// the next walk finds both and reports nothing twice.
+func TestLedgerFindsLateChargesInANewestFirstList(t *testing.T) {
+	t.Parallel()
+	b := setupLedger(t, 2)
+	list := &fakeList{newestFirst: true}
+	r := b.reconciler(t, list, 2)
+	start := time.Now().Add(-30 * time.Second)
+	var want []string
+	for i := range 5 {
+		ref := uuid.NewString()
+		list.appear(ref, start.Add(time.Duration(i)*time.Second), 2598, "USD")
+		want = append(want, NoOrder+" "+ref)
+	}
+	if err := b.work(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.findings.WithLabelValues(NoOrder)); got != 5 {
+		t.Fatalf("first walk reported %v findings, want 5", got)
+	}
+	hung, since := uuid.NewString(), uuid.NewString()
+	list.appear(hung, start.Add(1500*time.Millisecond), 2598, "USD")
+	list.appear(since, time.Now(), 2598, "USD")
+	want = append(want, NoOrder+" "+hung, NoOrder+" "+since)
+	for range 2 {
+		if err := b.work(t, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.findings(t); strings.Join(got, ",") != strings.Join(sorted(want...), ",") {
+		t.Errorf("findings %v, want %v", got, sorted(want...))
+	}
+	if got := testutil.ToFloat64(r.findings.WithLabelValues(NoOrder)); got != 7 {
+		t.Errorf("findings reported = %v, want each of the 7 once", got)
+	}
+}
+
+// TestLedgerDoesNotSettleAMismatchedCharge: an unsettled order past its
+// grace and a charge for its reference of another amount or currency: the
+// walk records the charge for a person and leaves the order unsettled, as
+// the lookup does; a matching charge settles its own order.
+func TestLedgerDoesNotSettleAMismatchedCharge(t *testing.T) {
+	t.Parallel()
+	b := setupLedger(t, 2)
+	list := &fakeList{}
+	r := b.reconciler(t, list, 2)
+	euro := b.order(t, uuid.New(), order.StatusPending, "", time.Hour)  // 2598 USD
+	cents := b.order(t, uuid.New(), order.StatusPending, "", time.Hour) // 2598 USD
+	good := b.order(t, uuid.New(), order.StatusPending, "", time.Hour)  // 2598 USD
+	now := time.Now()
+	list.appear(euro.String(), now.Add(-3*time.Second), 2598, "EUR")
+	list.appear(cents.String(), now.Add(-2*time.Second), 1, "USD")
+	paidBy := list.appear(good.String(), now.Add(-time.Second), 2598, "USD")
+	if err := b.work(t, r); err != nil {
+		t.Fatal(err)
+	}
+	want := sorted(Mismatch+" "+euro.String(), Mismatch+" "+cents.String(), Settled+" "+good.String())
+	if got := b.findings(t); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("findings %v, want %v", got, want)
+	}
+	for id, status := range map[uuid.UUID]order.Status{euro: order.StatusPending, cents: order.StatusPending, good: order.StatusPaid} {
+		if o, err := order.Get(context.Background(), b.db, id); err != nil || o.Status != status {
+			t.Errorf("order %s = %s, %v; want %s", id, o.Status, err, status)
+		}
+	}
+	if o, _ := order.Get(context.Background(), b.db, good); o.ChargeID != paidBy.ID {
+		t.Errorf("matching order paid by %q, want %s", o.ChargeID, paidBy.ID)
+	}
+}
+
+// TestLedgerStartsFromThePreviousReleasesWatermark: the first walk after
+// an upgrade starts where the previous release's walk stopped, less the
+// look-back: a charge created a minute before that watermark is checked,
+// one created an hour before it (walked by then) is not.
+func TestLedgerStartsFromThePreviousReleasesWatermark(t *testing.T) {
+	t.Parallel()
+	b := setupLedger(t, 2)
+	list := &fakeList{}
+	r := b.reconciler(t, list, 2)
+	mark := time.Now().Add(-10 * time.Second)
+	if _, err := b.db.Exec(context.Background(), `INSERT INTO ledger_watermark (provider, last_charge_id, last_created, updated_at) VALUES ('payment', 'ch_old', $1, now())`, mark); err != nil {
+		t.Fatal(err)
+	}
+	walked, late := uuid.NewString(), uuid.NewString()
+	list.appear(walked, mark.Add(-time.Hour), 2598, "USD")
+	list.appear(late, mark.Add(-time.Minute), 2598, "USD")
+	if err := b.work(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.findings(t), []string{NoOrder + " " + late}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("findings %v, want %v", got, want)
 	}
 }

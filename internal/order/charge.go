@@ -102,15 +102,8 @@ func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err 
 }
 
 // Resolve settles o from the provider's own record instead of charging it:
-// the lookup by reference turns an unknown outcome into a certain one. A
-// charge found → paid (the oldest charge, the one the idempotency key made);
-// none → payment_failed / provider_unavailable, the only way an order fails
-// for want of a provider (docs/design.md, "Invariants": never while the provider
-// holds a charge for it). A lookup error settles nothing.
-//
-// A charge for another amount or currency settles nothing either: the
-// provider took money the order does not account for, which a person must
-// look at (ErrChargeMismatch; the worker keeps the order open and logs it).
+// the lookup by reference turns an unknown outcome into a certain one, which
+// SettlementFor decides. A lookup error settles nothing.
 //
 // The caller must make sure no attempt for o can still be in flight at the
 // provider, or "none" could be overtaken by a charge that lands later.
@@ -119,6 +112,23 @@ func Resolve(ctx context.Context, p Payer, o Order) (Settlement, error) {
 	if err != nil {
 		return Settlement{}, err
 	}
+	return SettlementFor(o, charges)
+}
+
+// SettlementFor decides how the successful charges the provider holds for
+// o (oldest first) settle it. It is the one decision table for settling an
+// order from the provider's record, which the lookup (Resolve) and the
+// ledger reconciliation both call:
+//
+//   - a charge → paid, by the oldest charge (the one the idempotency key
+//     made);
+//   - none → payment_failed / provider_unavailable, the only way an order
+//     fails for want of a provider (docs/design.md, "Invariants": never
+//     while the provider holds a charge for it);
+//   - a charge for another amount or currency → no settlement and
+//     ErrChargeMismatch: the provider took money the order does not
+//     account for, which a person must look at.
+func SettlementFor(o Order, charges []Receipt) (Settlement, error) {
 	if len(charges) == 0 {
 		return Settlement{Status: StatusPaymentFailed, FailureReason: ReasonProviderUnavailable}, nil
 	}
@@ -132,7 +142,7 @@ func Resolve(ctx context.Context, p Payer, o Order) (Settlement, error) {
 }
 
 // ErrChargeMismatch: the provider holds a charge for the order that does
-// not match it (see Resolve).
+// not match it (see SettlementFor).
 var ErrChargeMismatch = errors.New("the provider holds a charge that does not match the order")
 
 // MayCharge reports whether o may still be charged at now, given how long

@@ -13,11 +13,13 @@ import (
 	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
-// ListQuery selects a page of the provider's charge list: charges created at
-// or after CreatedGTE, after the charge StartingAfter (the last one of the
-// previous page), at most Limit (1 to 100).
+// ListQuery selects a page of the provider's charge list: charges created
+// from CreatedGTE to CreatedLTE (both inclusive, either may be zero for no
+// bound), after the charge StartingAfter (the last one of the previous
+// page), at most Limit (1 to 100).
 type ListQuery struct {
 	CreatedGTE    time.Time
+	CreatedLTE    time.Time
 	StartingAfter string
 	Limit         int
 }
@@ -31,14 +33,14 @@ type ListedCharge struct {
 	Created   time.Time
 }
 
-// ChargePage is one page of the charge list, oldest first.
+// ChargePage is one page of the charge list, in the provider's order.
 type ChargePage struct {
 	Charges []ListedCharge
 	HasMore bool
 }
 
 // ListCharges reads one page of the provider's charge list
-// (GET /v1/charges?created_gte=…&limit=…&starting_after=…): its ledger,
+// (GET /v1/charges?created_gte=…&created_lte=…&limit=…&starting_after=…): its ledger,
 // which the worker walks to find charges that no paid order accounts for
 // (docs/design.md, "Provider protocol"). Like the lookup it changes nothing
 // at the provider, so it is always safe to retry. A failure is an *Error:
@@ -50,6 +52,9 @@ func (c *Client) ListCharges(ctx context.Context, q ListQuery) (ChargePage, erro
 	params := url.Values{"limit": {strconv.Itoa(q.Limit)}}
 	if !q.CreatedGTE.IsZero() {
 		params.Set("created_gte", q.CreatedGTE.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.CreatedLTE.IsZero() {
+		params.Set("created_lte", q.CreatedLTE.UTC().Format(time.RFC3339Nano))
 	}
 	if q.StartingAfter != "" {
 		params.Set("starting_after", q.StartingAfter)
@@ -114,8 +119,11 @@ func parseChargePage(status int, body []byte) (ChargePage, error) {
 }
 
 // ListCharges reads a page of the charge list (see Client.ListCharges)
-// through the same stack as Charge: while the provider is down the walk
-// waits with the charges, and it never takes more than the limit allows.
+// through p's stack. The ledger walk has a Protected of its own (see
+// NewProtectedClient), not the charges' one: a page of a hundred charges
+// is a read of another size and cost than a charge, and a slow page must
+// neither count as a slow charge in the charges' breaker (which the fleet
+// shares) nor hold a charge's slot.
 func (p *Protected) ListCharges(ctx context.Context, q ListQuery) (ChargePage, error) {
 	return resilience.Do(ctx, p.policy, func(ctx context.Context) (ChargePage, error) { return p.client.ListCharges(ctx, q) })
 }

@@ -59,10 +59,11 @@ func (c *chargeLog) evictOldest() {
 var errNoSuchCharge = errors.New("no such charge")
 
 // list returns up to limit charges in the order they were recorded, created at or after
-// createdGTE and, with a cursor, after the charge startingAfter; and whether more follow.
+// createdGTE and, unless it is zero, at or before createdLTE, and, with a cursor, after the
+// charge startingAfter; and whether more follow.
 // Paging by position rather than by time is what lets a walk resumed from its last charge
 // see every charge once, also those recorded while it walks.
-func (c *chargeLog) list(createdGTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
+func (c *chargeLog) list(createdGTE, createdLTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
 	start := 0
 	if startingAfter != "" {
 		pos, ok := c.seq[startingAfter]
@@ -73,7 +74,7 @@ func (c *chargeLog) list(createdGTE time.Time, limit int, startingAfter string) 
 	}
 	page := []charge{}
 	for i := start; i < len(c.all); i++ {
-		if c.all[i].Created.Before(createdGTE) {
+		if c.all[i].Created.Before(createdGTE) || !createdLTE.IsZero() && c.all[i].Created.After(createdLTE) {
 			continue
 		}
 		if len(page) == limit {

@@ -129,10 +129,10 @@ func (l *ledger) find(reference string) []charge {
 }
 
 // list returns a page of the charge list (see chargeLog.list).
-func (l *ledger) list(createdGTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
+func (l *ledger) list(createdGTE, createdLTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.charges.list(createdGTE, limit, startingAfter)
+	return l.charges.list(createdGTE, createdLTE, limit, startingAfter)
 }
 
 func (l *ledger) stats() Stats {

@@ -77,12 +77,34 @@ func TestChargeListFiltersByCreationTime(t *testing.T) {
 	}
 }
 
+// TestChargeListFiltersByAWindowOfCreationTime: created_lte leaves out
+// later charges, and with created_gte bounds a window, both ends inclusive.
+func TestChargeListFiltersByAWindowOfCreationTime(t *testing.T) {
+	t.Parallel()
+	sim := setup(t, 0)
+	first := chargeFor(t, sim, "key-1", "ord-1")
+	second := chargeFor(t, sim, "key-2", "ord-2")
+	chargeFor(t, sim, "key-3", "ord-3")
+	_, page := listPage(t, sim, url.Values{"created_lte": {second.Created.Format(time.RFC3339Nano)}})
+	if len(page.Data) != 2 || page.Data[1].Reference != "ord-2" {
+		t.Errorf("charges created until the second: %+v, want ord-1 and ord-2", page)
+	}
+	_, page = listPage(t, sim, url.Values{
+		"created_gte": {second.Created.Format(time.RFC3339Nano)},
+		"created_lte": {second.Created.Format(time.RFC3339Nano)},
+	})
+	if len(page.Data) != 1 || page.Data[0].Reference != "ord-2" || first.Created.Equal(second.Created) {
+		t.Errorf("charges created at the second's instant: %+v, want ord-2", page)
+	}
+}
+
 func TestChargeListRejectsBadQueries(t *testing.T) {
 	t.Parallel()
 	sim := setup(t, 0)
 	for _, q := range []url.Values{
 		{"limit": {"0"}}, {"limit": {"101"}}, {"limit": {"ten"}},
 		{"created_gte": {"yesterday"}},
+		{"created_lte": {"tomorrow"}},
 		{"starting_after": {"ch_unknown"}},
 		{"order": {"desc"}},
 	} {

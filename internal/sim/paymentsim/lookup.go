@@ -64,19 +64,20 @@ func (s *Simulator) serveLookup(w http.ResponseWriter, r *http.Request, fault Fa
 	return outcomeFound
 }
 
-// serveList serves GET /v1/charges?created_gte=<RFC 3339>&limit=<1..100>&starting_after=<id>:
+// serveList serves GET /v1/charges?created_gte=<RFC 3339>&created_lte=<RFC 3339>&limit=<1..100>&starting_after=<id>:
 // the successful charges in the order they were made, as a real provider's charge list or
 // settlement report does, for reconciling its ledger with the orders table. Every parameter
-// is optional: created_gte defaults to the beginning, limit to 10.
+// is optional: created_gte defaults to the beginning, created_lte to no end, limit to 10.
 func (s *Simulator) serveList(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
 	query := r.URL.Query()
 	var (
 		createdGTE time.Time
+		createdLTE time.Time
 		limit      = 10
 		err        error
 	)
 	for name := range query {
-		if name != "created_gte" && name != "limit" && name != "starting_after" {
+		if name != "created_gte" && name != "created_lte" && name != "limit" && name != "starting_after" {
 			simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "unknown query parameter "+name)
 			return simulator.OutcomeInvalid
 		}
@@ -84,6 +85,12 @@ func (s *Simulator) serveList(w http.ResponseWriter, r *http.Request, fault Faul
 	if v := query.Get("created_gte"); v != "" {
 		if createdGTE, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "created_gte must be an RFC 3339 time")
+			return simulator.OutcomeInvalid
+		}
+	}
+	if v := query.Get("created_lte"); v != "" {
+		if createdLTE, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "created_lte must be an RFC 3339 time")
 			return simulator.OutcomeInvalid
 		}
 	}
@@ -102,7 +109,7 @@ func (s *Simulator) serveList(w http.ResponseWriter, r *http.Request, fault Faul
 	if r.Context().Err() != nil {
 		return simulator.OutcomeAbandoned
 	}
-	page, more, err := s.ledger.list(createdGTE, limit, after)
+	page, more, err := s.ledger.list(createdGTE, createdLTE, limit, after)
 	if err != nil {
 		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "starting_after: no such charge")
 		return simulator.OutcomeInvalid
