@@ -20,7 +20,10 @@ import (
 // TestWordsAreTrue keeps what the README, docs/ and code comments cite in
 // step with the tree: every relative link and file path they name exists,
 // every package.Identifier of this module they name is declared, every
-// section of docs/ a comment cites by title is there, and the README and
+// section of docs/ a comment cites by title is there, every figure a
+// comment gives as a page's ("the 1 s wait of docs/design.md") is on that page
+// (in that section, if it names one), a comment saying a page lists each
+// variable names a page that lists each its file reads, and the README and
 // docs carry no commit hashes or words about how the work was organised.
 // A reader who copies the code follows these names; a stale one is worse
 // than none.
@@ -47,9 +50,23 @@ type Service struct{}
 // Get loads one; Service.Get is its method.
 func (Service) Get() {}
 `,
-		"docs/design.md": "# Design\n\n## Invariants\n\nSee [the code](../internal/order/order.go) and `order.Service`.\n" +
+		"docs/design.md": "# Design\n\n## Invariants\n\nSee [the code](../internal/order/order.go) and `order.Service`, within 5 s.\n" +
 			"Measured at 1c5f25f in round 3.\n\n[gone](lifecycle.md#timers) and `order.Vanished` and [section](#missing)\n",
-		"README.md": "See [design](docs/design.md#invariants) and `internal/order/gone.go`, as BRIEF.md says.\n",
+		"README.md": "See [design](docs/design.md#invariants) and `internal/order/gone.go`, as BRIEF.md says.\n" +
+			"`SHOP_WAIT` is how long to wait.\n",
+		"internal/order/wait.go": `package order
+
+// Wait is the 5 s of docs/design.md, "Invariants", well inside the ~100 ms of docs/design.md, "Invariants".
+var Wait = 5
+
+// Cap is the 2 MiB ceiling of docs/design.md.
+var Cap = 2
+`,
+		"cmd/shop/config.go": `package main
+
+// config is read in one place. README.md lists each variable.
+var config = []any{env.String("SHOP_NAME", ""), env.Duration("SHOP_WAIT", 0)}
+`,
 	}
 	dir := t.TempDir()
 	for name, body := range files {
@@ -72,12 +89,15 @@ func (Service) Get() {}
 		`docs/design.md:8: links to #missing: no such section`,
 		`README.md:1: names internal/order/gone.go, which does not exist`,
 		`README.md:1: cites BRIEF.md, which is not in the tree`,
+		`internal/order/wait.go:3: gives ~100 ms as docs/design.md section "Invariants"'s, which does not have it`,
+		`internal/order/wait.go:6: gives 2 MiB as docs/design.md's, which does not have it`,
+		`cmd/shop/config.go:3: says README.md lists each variable, which lacks SHOP_NAME`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the check missed %q; it found:\n%s", want, got)
 		}
 	}
-	for _, fine := range []string{"order.Service", "Service.Get", "store.go", "design.md#invariants"} {
+	for _, fine := range []string{"order.Service", "Service.Get", "store.go", "design.md#invariants", "5 s", "SHOP_WAIT"} {
 		if strings.Contains(got, fine) {
 			t.Errorf("the check flagged a true citation (%s):\n%s", fine, got)
 		}
@@ -96,6 +116,12 @@ var (
 	qualified = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.([A-Z]\w*)(?:\.([A-Za-z]\w*))?`)
 	// docSection matches a citation of a docs page's section.
 	docSection = regexp.MustCompile(`(docs/[\w-]+\.md),? \(?"([^"]+)"`)
+	// docFigure matches a figure given as a page's, maybe a section's, as
+	// in "the 1 s queue wait of docs/design.md, "Defaults"".
+	docFigure = regexp.MustCompile(`(~?\d+(?:\.\d+)?) ?(ms|s|min|h|KiB|MiB|req/s|%)(?: [a-z][a-z ]{0,30}?)? of (docs/[\w-]+\.md)(?:,? \(?"([^"]+)")?`)
+	// listsVariables matches a comment saying a page lists every variable
+	// its file reads.
+	listsVariables = regexp.MustCompile(`((?:docs/[\w-]+|README)\.md) lists (?:each|every) variable`)
 	// hexWord matches a word that may be a commit hash.
 	hexWord = regexp.MustCompile(`[0-9a-f]{7,40}`)
 	// history matches words about how the work was organised.
@@ -142,6 +168,8 @@ func checkWords(root string) []string {
 	}
 	for _, cm := range comments {
 		c.prose(cm.file, cm.line, cm.text, false)
+		c.figures(cm)
+		c.variables(cm)
 	}
 	return c.problems
 }
@@ -389,6 +417,80 @@ func (c *citations) prose(file string, line int, text string, code bool) {
 			c.addf(file, line, "cites %s section %q, which it does not have", page, section)
 		}
 	}
+}
+
+// figures checks that a figure a comment gives as a page's is there: in
+// the section it names, else anywhere on the page.
+func (c *citations) figures(cm goComment) {
+	for _, m := range docFigure.FindAllStringSubmatch(cm.text, -1) {
+		number, unit, page, section := strings.TrimPrefix(m[1], "~"), m[2], m[3], m[4]
+		if !c.tree[page] {
+			continue // prose reports the missing page
+		}
+		where := page
+		if section != "" {
+			where = fmt.Sprintf("%s section %q", page, section)
+		}
+		figure := regexp.MustCompile(`(?:^|[^\d.])` + regexp.QuoteMeta(number) + `[ \x{00a0}]?` + regexp.QuoteMeta(unit) + `(?:[^\w/]|$)`)
+		if !figure.MatchString(c.section(page, section)) {
+			c.addf(cm.file, cm.line, "gives %s as %s's, which does not have it", m[1]+" "+unit, where)
+		}
+	}
+}
+
+// variables checks a comment saying a page lists each variable: every
+// variable its file reads must be on that page, in backquotes.
+func (c *citations) variables(cm goComment) {
+	m := listsVariables.FindStringSubmatch(cm.text)
+	if m == nil {
+		return
+	}
+	src, _ := os.ReadFile(filepath.Join(c.root, cm.file))
+	doc, err := os.ReadFile(filepath.Join(c.root, m[1]))
+	if err != nil {
+		c.addf(cm.file, cm.line, "says %s lists each variable, but it cannot be read", m[1])
+		return
+	}
+	var missing []string
+	for _, read := range envRead.FindAllStringSubmatch(string(src), -1) {
+		if !strings.Contains(string(doc), "`"+read[1]+"`") {
+			missing = append(missing, read[1])
+		}
+	}
+	if len(missing) > 0 {
+		c.addf(cm.file, cm.line, "says %s lists each variable, which lacks %s", m[1], strings.Join(missing, ", "))
+	}
+}
+
+// section returns the text of a markdown file's section, from its heading
+// to the next heading of the same or a higher level; the whole file for
+// title "".
+func (c *citations) section(path, title string) string {
+	b, _ := os.ReadFile(filepath.Join(c.root, path))
+	if title == "" {
+		return string(b)
+	}
+	var out []string
+	level := 0 // of the section's heading, once found
+	fence := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fence = !fence
+		}
+		if !fence && strings.HasPrefix(line, "#") {
+			l := len(line) - len(strings.TrimLeft(line, "#"))
+			switch {
+			case level > 0 && l <= level:
+				return strings.Join(out, "\n")
+			case level == 0 && strings.TrimSpace(line[l:]) == title:
+				level = l
+			}
+		}
+		if level > 0 {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // titles returns the heading titles of a markdown file.

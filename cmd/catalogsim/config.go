@@ -10,8 +10,8 @@ import (
 )
 
 // config is every setting of the catalogsim binary, read from the
-// environment in one place. README.md lists each variable; keep the two in
-// sync.
+// environment in one place. docs/operations.md lists each variable; a test
+// keeps the two in sync.
 type config struct {
 	simulator.Config // DebugAddr stays empty: catalogsim has no debug listener
 }

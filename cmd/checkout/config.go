@@ -18,7 +18,7 @@ import (
 )
 
 // config is every setting of the checkout binary, read from the environment
-// in one place. README.md lists each variable; a test keeps the two in sync.
+// in one place. docs/operations.md lists each variable; a test keeps the two in sync.
 type config struct {
 	HTTPAddr        string
 	LogLevel        string

@@ -11,7 +11,7 @@ import (
 )
 
 // config is every setting of the paymentsim binary, read from the environment in one place.
-// README.md lists each variable; keep the two in sync.
+// docs/operations.md lists each variable; a test keeps the two in sync.
 type config struct {
 	simulator.Config
 	LedgerCap int

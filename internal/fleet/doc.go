@@ -35,8 +35,9 @@
 // generation. Every write notifies channel breaker_states in the same
 // statement; each coordinator listens on a dedicated connection
 // (pgx WaitForNotification) and re-reads the row, which takes a round trip
-// or two: other processes learn of an opening within milliseconds, well
-// inside the ~100 ms of docs/design.md, "Fleet breaker". A process that starts, or reconnects after
+// or two: other processes learn of an opening within milliseconds, so an
+// outage costs the provider about one process's worth of hung calls
+// (docs/design.md, "Invariants", 10). A process that starts, or reconnects after
 // losing the database, reads the row first. A coordinator also re-reads it
 // every RefreshEvery, so a lost notification costs at most that.
 //

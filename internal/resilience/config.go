@@ -266,8 +266,8 @@ func DefaultConfig() Config {
 		// Not in the article, whose outage lasts 3 s. Doubling from 1 s,
 		// a failed probe costs 1.5–2 s of waiting, then 3–4, 6–8, and 7.5–10 s
 		// from the fourth on: a ten-minute outage is probed about 60 times
-		// instead of 500, and a provider that recovers is found within 10 s,
-		// well inside the 60 s of docs/design.md, "Invariants", for paying the deferred orders.
+		// instead of 500, and a provider that recovers is found within 10 s
+		// (docs/design.md, "Defaults", open-time growth).
 		OpenMax: 10 * time.Second,
 
 		Limit: LimitAdaptive, // docs/design.md, "Defaults": adaptive by default
