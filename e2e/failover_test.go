@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -125,7 +127,9 @@ func TestFailoverToASynchronousStandbyLosesNoAcknowledgedOrder(t *testing.T) {
 // asynchronous standby that stopped receiving 3 s before the primary died.
 // Acknowledged orders are lost — counted here — and the provider holds a
 // charge for every lost 201; the worker's ledger reconciliation lists each
-// of those charges, and only those, within its interval of the heal.
+// of those charges, and only those, within its interval of the heal — also
+// the charges the provider took 2 s over, which appear in its list after
+// charges created later.
 func TestFailoverToALaggingAsynchronousStandbyIsReconciled(t *testing.T) {
 	t.Parallel()
 	primary, standby, db := failoverPair(t, false)
@@ -138,17 +142,26 @@ func TestFailoverToALaggingAsynchronousStandbyIsReconciled(t *testing.T) {
 	}
 	// Every charge the provider holds for an order the new primary lacks.
 	st := simStats(t, sim.URL)
-	want := 0
+	orphans := map[string]bool{}
 	for ref := range st.ChargesByReference {
 		var stored bool
 		if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM orders WHERE id::text = $1)`, ref).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
 		if !stored {
-			want++
+			orphans[ref] = true
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second) // the interval is 2 s; the walk runs on the default queue
+	want := len(orphans)
+	late := lateCharges(t, sim.URL, orphans)
+	t.Logf("%d orphan charges, %d of them listed after a charge created later (their requests took 2 s)", want, late)
+	if late == 0 {
+		t.Fatal("no orphan charge appeared late in the provider's list: the scenario proves nothing about late charges")
+	}
+	// Within one walk's interval of the promotion, the heal. (The worker's
+	// River elects a leader again within its 5 s election interval, and
+	// the new leader runs the walk at once.)
+	deadline := run.promoted.Add(ledgerInterval)
 	var found int
 	for ; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM ledger_findings WHERE kind = 'no_order'`).Scan(&found); err != nil {
@@ -156,16 +169,62 @@ func TestFailoverToALaggingAsynchronousStandbyIsReconciled(t *testing.T) {
 			continue
 		}
 		if found >= want {
+			t.Logf("every orphan charge found %.1f s after the promotion", time.Since(run.promoted).Seconds())
 			break
 		}
 	}
 	if found != want {
-		t.Errorf("ledger reconciliation found %d charges without an order, want the %d the provider holds", found, want)
+		t.Errorf("ledger reconciliation found %d charges without an order within %s of the promotion, want the %d the provider holds", found, ledgerInterval, want)
 	}
 	if st.DuplicateReferences != 0 {
 		t.Errorf("%d orders charged twice", st.DuplicateReferences)
 	}
 	run.report(t)
+}
+
+// ledgerInterval is the worker's LEDGER_RECONCILE_INTERVAL in the failover
+// runs.
+const ledgerInterval = 10 * time.Second
+
+// lateCharges counts the charges for refs that the provider's list, in the
+// order charges were recorded, gives after a charge created later.
+func lateCharges(t *testing.T, simURL string, refs map[string]bool) int {
+	t.Helper()
+	var (
+		newest time.Time
+		late   int
+	)
+	for after := ""; ; {
+		resp, err := http.Get(simURL + "/v1/charges?limit=100&starting_after=" + after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct {
+			Data []struct {
+				ID        string    `json:"id"`
+				Reference string    `json:"reference"`
+				Created   time.Time `json:"created"`
+			} `json:"data"`
+			HasMore bool `json:"has_more"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range page.Data {
+			if ch.Created.Before(newest) && refs[ch.Reference] {
+				late++
+			}
+			if ch.Created.After(newest) {
+				newest = ch.Created
+			}
+			after = ch.ID
+		}
+		if !page.HasMore {
+			return late
+		}
+	}
 }
 
 // failoverPair starts a primary, migrates it, and starts a streaming
@@ -206,10 +265,17 @@ func runFailover(t *testing.T, primary, standby *cluster, db *pgxpool.Pool, lag 
 	t.Helper()
 	url := multiHostURL(primary.addr(), standby.addr())
 	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "100ms"})
+	if lag {
+		// Charges that reach the provider from 4 s to 5 s take 2 s there:
+		// checkout gives up on them and defers their orders, the provider
+		// finishes them, and they appear in its list after charges created
+		// later — orphans once the lagging standby loses their orders.
+		fault(t, sim.URL, http.MethodPost, `{"latency":"2s","start_in":"4s","duration":"1s"}`)
+	}
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url, "PAYMENT_URL": sim.URL}
 	checkout := process.StartBinary(t, binary("checkout"), nil, env)
 	process.StartBinary(t, binary("worker"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url,
-		"PAYMENT_URL": sim.URL, "LEDGER_RECONCILE_INTERVAL": "2s"})
+		"PAYMENT_URL": sim.URL, "LEDGER_RECONCILE_INTERVAL": ledgerInterval.String()})
 
 	run := &failoverRun{}
 	var (

@@ -149,7 +149,12 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 // process takes the configured time, under the capacity model (see scaledLatency) and with
 // fault's latency added, then charges or declines: it returns the response and the charge
 // made, nil for a decline. ctx carries no cancellation from the client, only values.
+//
+// A charge's creation time is when its processing began, as a real provider stamps it when
+// it accepts the request: a charge that took long appears in the list after charges created
+// later than it, which the ledger walk must not miss.
 func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault) (response, *charge) {
+	created := time.Now().UTC().Truncate(time.Microsecond)
 	n := int(s.processing.Add(1))
 	defer s.processing.Add(-1)
 	capacity := s.cfg.Capacity
@@ -167,7 +172,7 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 		Amount:    req.Amount,
 		Currency:  req.Currency,
 		Reference: req.Reference,
-		Created:   time.Now().UTC().Truncate(time.Microsecond),
+		Created:   created,
 	}
 	return jsonResponse(http.StatusCreated, ch), &ch
 }
