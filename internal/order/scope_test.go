@@ -3,11 +3,27 @@ package order_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/orderpayment"
+	"github.com/resilientcheckout/checkout/internal/payment"
+	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
+// While migration 00007 is expanded and not yet contracted, key alone stays
+// unique beside (scope, key), so the previous release's pods keep working
+// during a rolling update: the same key from a second customer, or without
+// authentication, is refused (422) instead of making a second order, and
+// never answered with the first customer's order.
 func TestPlaceAsScopesTheKeyToItsCustomer(t *testing.T) {
 	t.Parallel()
 	b := setupService(t, order.DefaultConfig())
@@ -19,39 +35,83 @@ func TestPlaceAsScopesTheKeyToItsCustomer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if alice.Replayed || alice.Order.CustomerID != "cus_alice" {
+		t.Fatalf("PlaceAs(cus_alice) = %+v, want a new order of cus_alice", alice)
+	}
 	bob, err := b.svc.PlaceAs(ctx, "cus_bob", "shared-key", req)
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, order.ErrKeyReused) || bob.Order.ID != uuid.Nil {
+		t.Errorf("PlaceAs(cus_bob) with cus_alice's key: order %s, err %v; want ErrKeyReused and no order", bob.Order.ID, err)
 	}
-	if alice.Replayed || bob.Replayed || alice.Order.ID == bob.Order.ID {
-		t.Fatalf("two customers, one key: got %+v and %+v, want two new orders", alice, bob)
-	}
-	if alice.Order.CustomerID != "cus_alice" || bob.Order.CustomerID != "cus_bob" {
-		t.Errorf("customers = %q, %q; want the tokens' customers", alice.Order.CustomerID, bob.Order.CustomerID)
-	}
-	for _, c := range []struct {
-		customer string
-		want     order.Placed
-	}{{"cus_alice", alice}, {"cus_bob", bob}} {
-		again, err := b.svc.PlaceAs(ctx, c.customer, "shared-key", req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !again.Replayed || again.Order.ID != c.want.Order.ID {
-			t.Errorf("replay for %s = %+v, want a replay of order %s", c.customer, again, c.want.Order.ID)
-		}
-	}
-	// Without authentication the key is a third scope's: a new order.
+	// Without authentication the key is a third scope's: refused too.
 	legacy, err := b.svc.Place(ctx, "shared-key", placeRequest("pm_card_visa"))
+	if !errors.Is(err, order.ErrKeyReused) || legacy.Order.ID != uuid.Nil {
+		t.Errorf("unauthenticated Place with the key: order %s, err %v; want ErrKeyReused and no order", legacy.Order.ID, err)
+	}
+	again, err := b.svc.PlaceAs(ctx, "cus_alice", "shared-key", req)
+	if err != nil || !again.Replayed || again.Order.ID != alice.Order.ID {
+		t.Errorf("replay for cus_alice = %+v, %v; want a replay of order %s", again, err, alice.Order.ID)
+	}
+	if got := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE key = 'shared-key'`); got != 1 {
+		t.Errorf("keys named shared-key = %d, want 1", got)
+	}
+	if got := b.count(t, `SELECT count(*) FROM orders`); got != 1 {
+		t.Errorf("orders = %d, want 1", got)
+	}
+}
+
+// Two replicas claiming one key for one customer at the same moment: one
+// may insert the key just after the other looked for it, and the other's
+// insert then meets the unique index on key alone. It must learn that its
+// own scope holds the key (a request in progress, or a replay), never be
+// told to use a new key, which would make a second order.
+func TestConcurrentClaimsOfOneKeyInOneScopeAreNotRefused(t *testing.T) {
+	t.Parallel()
+	b := setupService(t, order.DefaultConfig())
+	replicas := []*order.Service{b.svc, anotherReplica(t, b)}
+	ctx := context.Background()
+	for round := range 200 {
+		key := fmt.Sprintf("k-%d", round)
+		errs := make([]error, 4)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range errs {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = replicas[i%2].PlaceAs(ctx, "cus_1", key, placeRequest("pm_card_visa"))
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, order.ErrKeyInUse) {
+				t.Fatalf("round %d: PlaceAs = %v, want an order, a replay or ErrKeyInUse", round, err)
+			}
+		}
+	}
+	if got := b.count(t, `SELECT count(*) FROM orders`); got != 200 {
+		t.Errorf("orders = %d, want 200, one per key", got)
+	}
+}
+
+// anotherReplica is a second checkout process on b's database: a pool,
+// claimer and payment client of its own, charging b's simulator.
+func anotherReplica(t *testing.T, b *serviceBundle) *order.Service {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), b.db.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if legacy.Replayed || legacy.Order.ID == alice.Order.ID || legacy.Order.ID == bob.Order.ID {
-		t.Errorf("unauthenticated Place with the key = %+v, want a new order", legacy)
+	t.Cleanup(db.Close)
+	log := slog.New(slog.DiscardHandler)
+	client, err := payment.NewProtectedClient("payment", b.sim.URL, resilience.DefaultConfig(), nil, log)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := b.count(t, `SELECT count(*) FROM idempotency_keys WHERE key = 'shared-key'`); got != 3 {
-		t.Errorf("keys named shared-key = %d, want 3 (one per scope)", got)
+	jobs, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return order.NewService(db, orderpayment.New(client), jobs, order.DefaultConfig(), log)
 }
 
 func TestPlaceAsRefusesAnotherCustomersName(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -71,6 +72,38 @@ const insertOrderWithKeySQL = `
 	FROM claimed
 	RETURNING created_at`
 
+// queueClaims is the pipeline of insertOrdersWithKeys: BEGIN, the bound,
+// and each op's statement, whose row fills the op in.
+func queueClaims(ops []*claimOp, bound time.Duration) *pgx.Batch {
+	var b pgx.Batch
+	b.Queue(`BEGIN`)
+	if bound > 0 {
+		ms := strconv.FormatInt(max(1, bound.Milliseconds()), 10)
+		b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`, ms, ms)
+	}
+	for _, op := range ops {
+		o := op.order
+		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
+		b.Queue(insertOrderWithKeySQL, op.key, op.fingerprint, orderID(o.ID), op.lockFor.Seconds(),
+			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total, op.scope).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&op.order.CreatedAt)
+			op.claimed = err == nil            // a pipeline that failed before may have set it
+			if errors.Is(err, pgx.ErrNoRows) { // the key existed
+				return nil
+			}
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.TableName == "idempotency_keys" {
+				return fmt.Errorf("%w: %w", ErrKeyReused, err) // see insertOrdersWithKeys
+			}
+			o := &op.order
+			o.CreatedAt = o.CreatedAt.UTC()
+			o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
+			return err
+		})
+	}
+	return &b
+}
+
 // insertOrdersWithKeys runs the first write of each op
 // (insertOrderWithKeySQL). An op whose key existed comes back unclaimed:
 // nothing was written for it and its request goes on with lookupKey.
@@ -81,11 +114,15 @@ const insertOrderWithKeySQL = `
 // written here, so the common case — charged at once — never inserts and
 // deletes one.
 //
-// A concurrent claim of the same key in the same scope waits on the key's
-// primary key, (scope, key), until
+// A concurrent claim of the same key in the same scope waits on the unique
+// index on (scope, key) until
 // this statement's transaction ends, then finds the key taken: that wait is
 // what makes concurrent identical requests produce one order (and a second
-// claim of a key in the same pipeline sees the first's row). The key names
+// claim of a key in the same pipeline sees the first's row). Until a later
+// migration contracts what 00007 expanded, key alone is unique too, for the
+// previous release's ON CONFLICT (key): a key another scope holds fails the
+// statement with a unique violation, and its request gets ErrKeyReused,
+// never the other customer's order. The key names
 // its order without a foreign key (migration 00006): this statement is the
 // only writer of either row, and orders are never deleted. Every timestamp
 // is the database's clock, as are the lock expiry, the sweep and key
@@ -107,29 +144,21 @@ const insertOrderWithKeySQL = `
 // request learns so, before the request gives up (see claimer). An
 // abandoned transaction is rolled back by the server after as long idle.
 func insertOrdersWithKeys(ctx context.Context, conn *pgx.Conn, ops []*claimOp, bound time.Duration) error {
-	var b pgx.Batch
-	b.Queue(`BEGIN`)
-	if bound > 0 {
-		ms := strconv.FormatInt(max(1, bound.Milliseconds()), 10)
-		b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`, ms, ms)
+	err := conn.SendBatch(ctx, queueClaims(ops, bound)).Close()
+	if len(ops) == 1 && errors.Is(err, ErrKeyReused) {
+		// Perhaps a claim of the key in the same scope inserted it just
+		// after this statement looked for it, and has committed since: sent
+		// again, the statement finds it. A key another scope holds fails
+		// again, and the request is told so in ErrKeyReused's words alone,
+		// which its answer shows. (Several ops in a pipeline the server
+		// rejected are each run again on their own by the claimer.)
+		abandon(conn, err)
+		if err = conn.SendBatch(ctx, queueClaims(ops, bound)).Close(); errors.Is(err, ErrKeyReused) {
+			abandon(conn, err)
+			return ErrKeyReused
+		}
 	}
-	for _, op := range ops {
-		o := op.order
-		items, _ := json.Marshal(o.Items) // cannot fail: strings and integers only
-		b.Queue(insertOrderWithKeySQL, op.key, op.fingerprint, orderID(o.ID), op.lockFor.Seconds(),
-			o.Status, o.CustomerID, o.Currency, o.PaymentMethod, string(items), o.Total, op.scope).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&op.order.CreatedAt)
-			op.claimed = err == nil            // a pipeline that failed before may have set it
-			if errors.Is(err, pgx.ErrNoRows) { // the key existed
-				return nil
-			}
-			o := &op.order
-			o.CreatedAt = o.CreatedAt.UTC()
-			o.UpdatedAt, o.LastAttemptAt = o.CreatedAt, o.CreatedAt
-			return err
-		})
-	}
-	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+	if err != nil {
 		abandon(conn, err)
 		return err
 	}
