@@ -1,4 +1,4 @@
--- The ledger reconciliation (internal/worker/ledger.go): where the walk of the
+-- The ledger reconciliation (internal/ledger/ledger.go): where the walk of the
 -- provider's charge list stopped, and the charges it found that no paid order
 -- accounts for, for an operator to read (`checkout reconcile`).
 
