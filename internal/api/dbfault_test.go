@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/sim/catalogsim"
 )
 
 // TestDatabaseOutage cuts checkout off its database (a proxy blackholes the
@@ -123,5 +125,79 @@ func TestAStoredOrderIsNeverAnswered503(t *testing.T) {
 	}
 	if charges := b.sim.Stats().TotalCharges; charges != 1 {
 		t.Errorf("provider charges = %d, want 1", charges)
+	}
+}
+
+// TestARetryOfAStoredOrderIsNeverAnswered503: a first request stores its
+// order and leaves its key without an answer — a 502 with fallback off
+// stands in here for an answer lost on the way — and the client retries
+// with the same key. The order exists and the sweep will charge it, so no
+// answer may say nothing was stored, nor send the client to a new key:
+// with the catalog refusing the prices now, the stored order is answered
+// (its charge resumed); with its key's lookup failing, the answer is 504
+// outcome-unknown.
+func TestARetryOfAStoredOrderIsNeverAnswered503(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		fault func(t *testing.T, b *bundle, key string)
+		want  func(t *testing.T, r response, stored string)
+	}{
+		{"prices changed since", func(t *testing.T, b *bundle, _ string) {
+			b.catalog.SetPrice("SKU-1", catalogsim.Price{UnitPrice: 1499, Currency: "USD"})
+		}, answersTheStoredOrder},
+		{"catalog down", func(t *testing.T, b *bundle, _ string) { catalogDown(t, b) }, answersTheStoredOrder},
+		{"key lookup too slow", func(t *testing.T, b *bundle, key string) {
+			// A lock held on the key keeps the lookup waiting past DB_TX_TIMEOUT.
+			hold, err := b.db.Begin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = hold.Rollback(context.Background()) })
+			if _, err := hold.Exec(context.Background(), `SELECT FROM idempotency_keys WHERE key = $1 FOR UPDATE`, key); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, r response, _ string) {
+			if r.status != http.StatusGatewayTimeout || decodeProblem(t, r).Type != "urn:problem-type:checkout:outcome-unknown" || r.header.Get("Retry-After") == "" {
+				t.Errorf("retry whose key lookup timed out = %v; want 504 outcome-unknown with Retry-After", r)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ocfg := order.DefaultConfig()
+			ocfg.Fallback, ocfg.DBTimeout = false, 600*time.Millisecond
+			ccfg := catalog.DefaultConfig()
+			ccfg.TTL, ccfg.MaxStaleness = time.Millisecond, time.Millisecond // every check asks the catalog
+			b, _ := setup(t, options{orders: &ocfg, catalog: &ccfg})
+			key := newKey()
+			b.admin(t, http.MethodPost, "/admin/faults", `{"down":true}`)
+			first := b.post(t, key, validBody)
+			if first.status != http.StatusBadGateway {
+				t.Fatalf("first request with the provider down = %v, want 502 (stored, unanswered)", first)
+			}
+			var stored string
+			if err := b.db.QueryRow(context.Background(), `SELECT order_id::text FROM idempotency_keys WHERE key = $1`, key).Scan(&stored); err != nil {
+				t.Fatal(err)
+			}
+			b.admin(t, http.MethodDelete, "/admin/faults", "")
+			tt.fault(t, b, key)
+			tt.want(t, b.post(t, key, validBody), stored)
+			if orders, keys := b.rows(t); orders != 1 || keys != 1 {
+				t.Errorf("rows: %d orders, %d keys; want the first request's 1 and 1", orders, keys)
+			}
+		})
+	}
+}
+
+// answersTheStoredOrder: the retry took the stored order over and charged it.
+func answersTheStoredOrder(t *testing.T, r response, stored string) {
+	t.Helper()
+	if r.status != http.StatusCreated {
+		t.Fatalf("retry = %v; want 201 for the stored order", r)
+	}
+	if o := decodeOrder(t, r); o.ID != stored || o.Status != "paid" {
+		t.Errorf("retry answered order %s (%s), want the stored %s, paid", o.ID, o.Status, stored)
 	}
 }

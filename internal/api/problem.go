@@ -149,13 +149,13 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		p = newProblem(http.StatusNotFound, "", "No order has this id.")
 	case errors.As(err, &unknown):
 		// Not a 503: that answer promises nothing was stored.
-		log.WarnContext(r.Context(), "database did not confirm the order's first write", "err", err)
+		log.WarnContext(r.Context(), "database did not say whether the order was stored", "err", err)
 		w.Header().Set("Retry-After", seconds(unknown.RetryAfter))
 		p = newProblem(http.StatusGatewayTimeout, "outcome-unknown", "The database did not confirm in time whether the order was stored. Retry with the same Idempotency-Key after Retry-After to learn the outcome; do not place the order again with a new key.")
 	case errors.Is(err, order.ErrUnavailable):
 		log.WarnContext(r.Context(), "database unavailable", "err", err)
 		w.Header().Set("Retry-After", seconds(retryAfterUnavailable))
-		p = newProblem(http.StatusServiceUnavailable, "storage-unavailable", "The order could not be accepted right now, and nothing was stored. Retry with the same Idempotency-Key.")
+		p = newProblem(http.StatusServiceUnavailable, "storage-unavailable", "The order could not be accepted right now, and this request stored nothing. Retry with the same Idempotency-Key: if an earlier request with it stored the order, the retry answers that order.")
 	case errors.Is(err, order.ErrProviderTimeout):
 		p = newProblem(http.StatusGatewayTimeout, "payment-timeout", "The payment provider did not answer in time. The order is saved and will be charged later.")
 	case errors.Is(err, order.ErrProviderUnavailable):

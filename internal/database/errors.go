@@ -23,6 +23,12 @@ func IsUnavailable(err error) bool {
 		switch pgErr.Code {
 		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected: // retryable
 			return true
+		case pgerrcode.IdleInTransactionSessionTimeout:
+			// FATAL: the server ended a session that idled in its
+			// transaction past idle_in_transaction_session_timeout — our
+			// process stalled (CPU starvation, GC) between two statements.
+			// The transaction was rolled back with the session, uncommitted.
+			return true
 		}
 		return pgerrcode.IsConnectionException(pgErr.Code) ||
 			pgerrcode.IsInsufficientResources(pgErr.Code) || // too many connections, disk full

@@ -29,6 +29,7 @@ func TestIsUnavailable(t *testing.T) {
 		{"statement timeout", &pgconn.PgError{Code: "57014"}, true},
 		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
 		{"serialization failure", &pgconn.PgError{Code: "40001"}, true},
+		{"idle in transaction timeout", &pgconn.PgError{Code: "25P03", Severity: "FATAL"}, true},
 		{"check violation: a bug", &pgconn.PgError{Code: "23514"}, false},
 		{"syntax error: a bug", &pgconn.PgError{Code: "42601"}, false},
 		{"scan error: a bug", errors.New("can't scan into dest[0]"), false},

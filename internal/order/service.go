@@ -36,9 +36,10 @@ var (
 	ErrProviderTimeout     = errors.New("payment provider timed out")
 	// ErrOutcomeUnknown: the order's first write was sent, but the database
 	// confirmed neither its commit nor its rollback (a connection lost, a
-	// commit that did not return in time). The order may be stored, so the
-	// answer must not say "nothing stored" (a 503 does): see
-	// OutcomeUnknownError.
+	// commit that did not return in time); or the request found its key
+	// stored by an earlier request, and the database failed before saying
+	// in what state. The order may be stored, so the answer must not say
+	// "nothing stored" (a 503 does): see OutcomeUnknownError.
 	ErrOutcomeUnknown = errors.New("the order may or may not have been stored")
 	// ErrOtherCustomer: an authenticated customer asked for an order in
 	// another customer's name (403).
@@ -48,7 +49,7 @@ var (
 // OutcomeUnknownError is ErrOutcomeUnknown with when to ask again: a retry
 // with the same Idempotency-Key learns the outcome — it resumes the stored
 // order, or places it if nothing was stored — once the key's lock, taken
-// by the write in doubt, has expired.
+// by the write or the lookup in doubt, has expired.
 type OutcomeUnknownError struct {
 	RetryAfter time.Duration
 	err        error
@@ -207,21 +208,55 @@ func (s *Service) place(ctx context.Context, scope, key string, req PlaceRequest
 	var prices PriceCheck
 	if s.prices != nil {
 		if prices, err = s.prices.CheckPrices(ctx, req.Currency, req.Items); err != nil {
-			// A replay repeats its first answer whatever the catalog says
-			// now; only a new order is refused.
-			if replay, ok := s.replay(ctx, scope, key, req); ok {
-				return replay, nil
-			}
-			return Placed{}, err
+			return s.placeStored(ctx, scope, key, req, err)
 		}
 	}
 	p, claim, err := s.begin(ctx, scope, key, req, total)
-	if errors.Is(err, errOutcomeUnknown) {
-		return Placed{}, &OutcomeUnknownError{RetryAfter: s.cfg.LockTTL(), err: err}
+	if err != nil {
+		return Placed{}, s.beginError(err)
+	}
+	placed, err := s.proceed(ctx, p, claim)
+	placed.Prices = prices
+	return placed, err
+}
+
+// placeStored answers a request whose prices the catalog did not confirm
+// (unavailable, a changed price, an unknown SKU). That refuses a new order
+// only. An order an earlier request stored under the key had its prices
+// checked then, and the sweep charges it whatever the catalog says now, so
+// it is answered from the store as begin answers a key it finds: a replay,
+// a 409 while its request runs, or its charge resumed. Were the catalog's
+// refusal the answer, its 503 would tell the client nothing was stored,
+// and its 409 price-changed to order again with a new key: a second order.
+//
+// If the database cannot say whether the key exists, neither answer is
+// true; this request stored nothing, which is what ErrUnavailable (503)
+// says, and the client retries with the same key.
+func (s *Service) placeStored(ctx context.Context, scope, key string, req PlaceRequest, refused error) (Placed, error) {
+	p, claim, err := s.lookup(ctx, scope, key, req)
+	if errors.Is(err, errKeyVanished) { // no earlier request stored the key
+		return Placed{}, refused
 	}
 	if err != nil {
 		return Placed{}, classifyDBError(err)
 	}
+	return s.proceed(ctx, p, claim)
+}
+
+// beginError is the error a request answers when begin fails. Its first
+// write failing before COMMIT stored nothing (ErrUnavailable: 503). An
+// unanswered COMMIT, or a key found stored whose lookup then failed, leaves
+// an order that may exist (see OutcomeUnknownError): never "nothing stored".
+func (s *Service) beginError(err error) error {
+	if errors.Is(err, errOutcomeUnknown) || errors.Is(err, errKeyUnread) {
+		return &OutcomeUnknownError{RetryAfter: s.cfg.LockTTL(), err: err}
+	}
+	return classifyDBError(err)
+}
+
+// proceed takes a request on from its key: a key it claimed, or one an
+// earlier request stored (see lookupKey).
+func (s *Service) proceed(ctx context.Context, p placement, claim keyClaim) (Placed, error) {
 	switch claim.state {
 	case idempotency.Finished:
 		return Placed{Order: claim.answer, Replayed: true}, nil
@@ -230,43 +265,24 @@ func (s *Service) place(ctx context.Context, scope, key string, req PlaceRequest
 	case idempotency.Mismatch:
 		return Placed{}, ErrKeyReused
 	}
-	var placed Placed
 	if p.order.Status.Terminal() {
 		// A resumed request whose order the worker settled meanwhile.
-		placed, err = s.settle(ctx, p, Settlement{Status: p.order.Status})
-	} else {
-		placed, err = s.charge(ctx, p)
+		return s.settle(ctx, p, Settlement{Status: p.order.Status})
 	}
-	placed.Prices = prices
-	return placed, err
-}
-
-// replay returns the stored answer of key if it has one for this request.
-func (s *Service) replay(ctx context.Context, scope, key string, req PlaceRequest) (Placed, bool) {
-	var claim keyClaim
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		claim, err = peekKey(ctx, tx, scope, key, req.Fingerprint())
-		return err
-	})
-	if err != nil || claim.state != idempotency.Finished {
-		return Placed{}, false
-	}
-	return Placed{Order: claim.answer, Replayed: true}, true
+	return s.charge(ctx, p)
 }
 
 // begin is step 1. Its common case — a new key — is one statement. A key
 // seen before (a replay, a retry) writes nothing there and costs a
 // transaction to look the key up.
 func (s *Service) begin(ctx context.Context, scope, key string, req PlaceRequest, total int64) (placement, keyClaim, error) {
-	lockFor := s.cfg.LockTTL()
 	p := placement{scope: scope, key: key}
 	o, err := newOrder(req, total)
 	if err != nil {
 		return p, keyClaim{}, err
 	}
 	dbCtx, cancel := s.dbContext(ctx)
-	op, err := s.claims.claim(dbCtx, claimOp{order: o, scope: scope, key: key, fingerprint: req.Fingerprint(), lockFor: lockFor})
+	op, err := s.claims.claim(dbCtx, claimOp{order: o, scope: scope, key: key, fingerprint: req.Fingerprint(), lockFor: s.cfg.LockTTL()})
 	cancel()
 	if err != nil {
 		return p, keyClaim{}, err
@@ -275,21 +291,34 @@ func (s *Service) begin(ctx context.Context, scope, key string, req PlaceRequest
 		p.order = op.order
 		return p, keyClaim{state: idempotency.Claimed}, nil
 	}
-	// The key existed.
-
-	var claim keyClaim
-	err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		claim, err = lookupKey(ctx, tx, scope, key, req.Fingerprint(), lockFor)
-		return err
-	})
+	// The key existed: an earlier request stored it.
+	p, claim, err := s.lookup(ctx, scope, key, req)
 	if errors.Is(err, errKeyVanished) {
 		return s.begin(ctx, scope, key, req, total) // the claim can now succeed
 	}
-	p.order = claim.order
-	p.resumed = claim.state == idempotency.Resumed
+	if database.IsUnavailable(err) {
+		err = fmt.Errorf("%w: %w", errKeyUnread, err)
+	}
 	return p, claim, err
 }
+
+// lookup reads key, stored by an earlier request, in a transaction of its
+// own, and takes its order over if that request died (lookupKey).
+// errKeyVanished: there is no such key.
+func (s *Service) lookup(ctx context.Context, scope, key string, req PlaceRequest) (placement, keyClaim, error) {
+	var claim keyClaim
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		claim, err = lookupKey(ctx, tx, scope, key, req.Fingerprint(), s.cfg.LockTTL())
+		return err
+	})
+	p := placement{scope: scope, key: key, order: claim.order, resumed: claim.state == idempotency.Resumed}
+	return p, claim, err
+}
+
+// errKeyUnread: begin found the key stored, and the database did not
+// answer its lookup.
+var errKeyUnread = errors.New("the idempotency key is stored and could not be read")
 
 func newOrder(req PlaceRequest, total int64) (Order, error) {
 	id, err := uuid.NewV7() // time-ordered: new rows land at the end of the primary key index

@@ -37,12 +37,18 @@ func setupService(t *testing.T, cfg order.Config) *serviceBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := river.NewClient(riverpgxv5.New(b.db), &river.Config{})
+	b.svc = serviceOn(t, b.db, orderpayment.New(client), cfg)
+	return b
+}
+
+// serviceOn is the checkout flow on db, charging through payer.
+func serviceOn(t *testing.T, db *pgxpool.Pool, payer order.Payer, cfg order.Config) *order.Service {
+	t.Helper()
+	jobs, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.svc = order.NewService(b.db, orderpayment.New(client), jobs, cfg, log)
-	return b
+	return order.NewService(db, payer, jobs, cfg, slog.New(slog.DiscardHandler))
 }
 
 func placeRequest(paymentMethod string) order.PlaceRequest {

@@ -163,8 +163,12 @@ func insertOrdersWithKeys(ctx context.Context, conn *pgx.Conn, ops []*claimOp, b
 		return err
 	}
 	if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
+		// Refused, or never sent: nothing stored. A process that stalled
+		// here past the bound finds its session ended by the server, its
+		// transaction rolled back, and its COMMIT refused with FATAL
+		// 25P03 (idle_in_transaction_session_timeout).
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) { // refused, or never sent
+		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
 			return err
 		}
 		return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
@@ -220,19 +224,9 @@ type keyClaim struct {
 // lookupKey reads an existing key, with its order, inside tx and says what
 // this request may do with it. If the key's lock expired before an answer
 // was stored, the request takes it over (Resumed), locking it for lockFor.
-func lookupKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte, lockFor time.Duration) (keyClaim, error) {
-	return readKey(ctx, tx, scope, key, fingerprint, lockFor, true)
-}
-
-// peekKey is lookupKey without taking anything over: it only says whether
-// the key has a stored answer (Finished) for this request.
-func peekKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte) (keyClaim, error) {
-	return readKey(ctx, tx, scope, key, fingerprint, 0, false)
-}
-
-// readKey reads key in scope only: another scope's key of the same name is
+// It reads key in scope only: another scope's key of the same name is
 // another request, never this one's replay.
-func readKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte, lockFor time.Duration, resume bool) (keyClaim, error) {
+func lookupKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []byte, lockFor time.Duration) (keyClaim, error) {
 	var (
 		storedFingerprint []byte
 		hasOrder, locked  bool
@@ -247,8 +241,6 @@ func readKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []by
 		FOR UPDATE OF k`, scope, key)
 	if err := row.Scan(&storedFingerprint, &hasOrder, &locked, &answeredStatus, &answeredAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			// The key was pruned between the claim and this read: it is
-			// older than the retention period, so this request is new.
 			return keyClaim{}, errKeyVanished
 		}
 		return keyClaim{}, fmt.Errorf("read idempotency key: %w", err)
@@ -267,8 +259,6 @@ func readKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []by
 		// Only a key claimed by an older release, before its order was
 		// written, can get here; there is nothing to resume.
 		return keyClaim{}, fmt.Errorf("idempotency key without an order")
-	case !resume:
-		return keyClaim{state: idempotency.Resumed}, nil
 	default:
 		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $3) WHERE scope = $1 AND key = $2`,
 			scope, key, lockFor.Seconds()); err != nil {
@@ -287,8 +277,10 @@ func readKey(ctx context.Context, tx pgx.Tx, scope, key string, fingerprint []by
 	return c, nil
 }
 
-// errKeyVanished: see lookupKey.
-var errKeyVanished = errors.New("idempotency key pruned while being claimed")
+// errKeyVanished: lookupKey found no such key. Either no request stored it
+// (a lookup before any claim), or it was pruned, older than the retention
+// period, since a claim found it; either way this request is new.
+var errKeyVanished = errors.New("no such idempotency key")
 
 // asAnswered is o as the response that stored answer showed it: that
 // response's status and update time, and only the fields of that status.
