@@ -4,9 +4,11 @@
 //
 // Claiming a key is part of the statement that creates the request's
 // effects, so that SQL lives with those effects (internal/order/store.go):
-// (scope, key) is the primary key of idempotency_keys, so the database, not
-// an in-process map, arbitrates concurrent requests, across replicas too.
-// The scope is the authenticated customer, or the empty string without authentication.
+// (scope, key) is unique in idempotency_keys, so the database, not an
+// in-process map, arbitrates concurrent requests, across replicas too. The
+// scope is the authenticated customer, or the empty string without
+// authentication. The key alone is unique too for now, which the previous
+// release's statements need (migrations/00007_idempotency_key_scope.sql).
 package idempotency
 
 import (
