@@ -5,7 +5,10 @@
 // catalog-outage` faults the product catalog instead (catalogsim down for 10 s after a 5 s
 // warm-up, checkout answering from its stale price cache), and `experiment catalog-cold` takes
 // the catalog down from t=0 against a cold cache. `experiment report FILE...` combines JSON
-// reports of several runs into one Markdown table.
+// reports of several runs into one Markdown table, and `experiment matrix FILE...` the runs of
+// the scenario matrix (scripts/experiment-matrix) into its table. `experiment derive` prints
+// the payment settings derived from a log-normal provider latency, as the matrix's
+// slow-provider row runs them.
 package main
 
 import (
@@ -18,7 +21,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/resilientcheckout/checkout/internal/lab/experiment"
 )
@@ -49,6 +54,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		switch args[1] {
 		case "report":
 			return combine(args[2:], stdout)
+		case "matrix":
+			return matrix(args[2:], stdout, stderr)
+		case "derive":
+			return derive(args[2:], stdout, stderr)
 		case "run":
 			args = args[1:]
 		case "ramp":
@@ -74,7 +83,8 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	fs := flag.NewFlagSet("experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: experiment [run|ramp|catalog-outage|catalog-cold] [flags]\n       experiment report FILE.json...\n\n"+
+		fmt.Fprintln(stderr, "usage: experiment [run|ramp|recovery|catalog-outage|catalog-cold] [flags]\n       experiment report FILE.json...\n"+
+			"       experiment matrix [-json FILE] FILE.json...\n       experiment derive [-note] -median D -sigma S -rate R\n\n"+
 			"run (the default) is the provider outage, ramp the healthy 10 → 80 req/s ramp, catalog-outage the catalog down for 10 s\n"+
 			"after a 5 s warm-up (25 s in all), catalog-cold the catalog down from t=0 against a cold cache (both need -catalog); the flags'\n"+
 			"defaults are the chosen scenario's.\n\nflags:")
@@ -92,16 +102,24 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 	fs.StringVar(&cfg.WorkerURL, "worker", "", "worker base `URL`, or several separated by commas: the recovery figures then sample the workers' payment limits and the slots of them taken")
 	fs.StringVar(&cfg.DatabaseURL, "database", getenv("DATABASE_URL"), "checkout's PostgreSQL `URL`, for the audit (default $DATABASE_URL)")
 	fs.StringVar(&cfg.Label, "label", "", "name of the run in reports, e.g. the resilience mode under test")
+	fs.StringVar(&cfg.Row, "row", getenv("EXPERIMENT_ROW"), "the scenario-matrix `row` the run belongs to (default $EXPERIMENT_ROW)")
+	fs.StringVar(&cfg.Note, "note", getenv("EXPERIMENT_NOTE"), "what the scenario matrix says about the run's row, e.g. the settings it derived (default $EXPERIMENT_NOTE)")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "checkout requests per second (at the start, for a ramp)")
 	fs.Float64Var(&cfg.RateTo, "rate-to", cfg.RateTo, "ramp the rate linearly to this many requests per second at the end (0: constant rate)")
+	fs.Float64Var(&cfg.RateAfter, "rate-after", cfg.RateAfter, "requests per second from the end of the fault on (0: -rate throughout)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long load and probes run")
 	fs.DurationVar(&cfg.OutageStart, "outage-start", cfg.OutageStart, "when the fault begins, from the start")
 	fs.DurationVar(&cfg.OutageFor, "outage-for", cfg.OutageFor, "how long the fault lasts")
-	fs.Func("fault", "fault: latency, down, hang (provider only) or none (default latency; none for the ramp; down for the catalog scenarios)", func(s string) error {
+	fs.Func("fault", "fault: latency, down, hang, brownout, errors (the last three provider only) or none (default latency; none for the ramp; down for the catalog scenarios)", func(s string) error {
 		cfg.Fault = experiment.FaultKind(s)
 		return nil
 	})
 	fs.DurationVar(&cfg.OutageLatency, "outage-latency", cfg.OutageLatency, "latency the faulted dependency adds during a latency fault")
+	fs.Float64Var(&cfg.LatencyFactor, "latency-factor", 5, "how many times slower every charge is during a brownout")
+	fs.Float64Var(&cfg.ErrorRate, "error-rate", 0.5, "share of charges answered -error-status during an errors fault")
+	fs.IntVar(&cfg.ErrorStatus, "error-status", 503, "HTTP status of the charges an errors fault answers")
+	fs.IntVar(&cfg.Repeat, "repeat", 1, "how many times the fault comes, every -repeat-every (a flapping provider)")
+	fs.DurationVar(&cfg.RepeatEvery, "repeat-every", 0, "period of a repeated fault, longer than -outage-for")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "when a checkout client gives up")
 	fs.DurationVar(&cfg.HealthInterval, "health-interval", cfg.HealthInterval, "time between /health probes")
 	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", cfg.HealthTimeout, "when a /health probe gives up")
@@ -127,11 +145,7 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 		return err
 	}
 	if jsonPath != "" {
-		if err := writeFile(jsonPath, func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(report)
-		}); err != nil {
+		if err := writeJSON(jsonPath, report); err != nil {
 			return err
 		}
 	}
@@ -150,20 +164,96 @@ func scenario(ctx context.Context, cfg experiment.Config, args []string, getenv 
 
 // combine prints one Markdown table for the JSON reports in paths.
 func combine(paths []string, stdout io.Writer) error {
+	reports, err := readReports(paths)
+	if err != nil {
+		return err
+	}
+	return experiment.WriteMarkdown(stdout, reports...)
+}
+
+// readReports reads the JSON reports in paths.
+func readReports(paths []string) ([]experiment.Report, error) {
 	if len(paths) == 0 {
-		return errors.New("usage: experiment report FILE.json [FILE.json …]")
+		return nil, errors.New("usage: experiment report|matrix FILE.json [FILE.json …]")
 	}
 	reports := make([]experiment.Report, len(paths))
 	for i, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := json.Unmarshal(b, &reports[i]); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	return experiment.WriteMarkdown(stdout, reports...)
+	return reports, nil
+}
+
+// matrix prints the scenario matrix of the JSON reports in args, optionally writing its lines
+// as JSON too. It fails, after printing, when a run broke an invariant.
+func matrix(args []string, stdout, stderr io.Writer) error {
+	var jsonPath string
+	fs := flag.NewFlagSet("experiment matrix", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&jsonPath, "json", "", "write the matrix's lines as JSON to this `file`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	reports, err := readReports(fs.Args())
+	if err != nil {
+		return err
+	}
+	lines := experiment.NewMatrix(reports)
+	if jsonPath != "" {
+		if err := writeJSON(jsonPath, lines); err != nil {
+			return err
+		}
+	}
+	if err := experiment.WriteMatrix(stdout, lines); err != nil {
+		return err
+	}
+	if broken := experiment.BrokenRuns(lines); len(broken) > 0 {
+		return fmt.Errorf("%d runs lost an order or charged one twice; see the table", len(broken))
+	}
+	return nil
+}
+
+// derive prints the payment settings derived from a log-normal latency, one environment
+// assignment a line, or with -note the sentence that explains them.
+func derive(args []string, stdout, stderr io.Writer) error {
+	var (
+		median      time.Duration
+		sigma, rate float64
+		note        bool
+	)
+	fs := flag.NewFlagSet("experiment derive", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&median, "median", 0, "the provider's median latency")
+	fs.Float64Var(&sigma, "sigma", 0, "σ of the latency's logarithm")
+	fs.Float64Var(&rate, "rate", 0, "requests per second")
+	fs.BoolVar(&note, "note", false, "print how the settings were derived instead")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if median <= 0 || sigma <= 0 || rate <= 0 {
+		return errors.New("derive needs a positive -median, -sigma and -rate")
+	}
+	s := experiment.DeriveSettings(median, sigma, rate)
+	if note {
+		_, err := fmt.Fprintln(stdout, s.Note(median, sigma, rate))
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, strings.Join(s.Env(), "\n"))
+	return err
+}
+
+// writeJSON writes v to path as indented JSON.
+func writeJSON(path string, v any) error {
+	return writeFile(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	})
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

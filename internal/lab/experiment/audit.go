@@ -30,6 +30,9 @@ type Audit struct {
 	// was active: the calls piled on the failing provider (the article's slow-phase figure).
 	ProviderMaxInFlight       int `json:"provider_max_in_flight"`
 	ProviderMaxInFlightOutage int `json:"provider_max_in_flight_outage"`
+	// ProviderRateLimited counts the requests the provider answered 429 (above its rate
+	// limit) during the run and its drain.
+	ProviderRateLimited int `json:"provider_rate_limited"`
 	// Drained is false when orders were still pending, or the provider still busy, at the
 	// drain timeout.
 	Drained   bool   `json:"drained"`
@@ -66,6 +69,7 @@ func drainAndAudit(ctx context.Context, db *pgx.Conn, sim *simulator, customerID
 		}
 		a.ProviderCharges, a.DoubleCharged = st.TotalCharges, st.DuplicateReferences
 		a.ProviderMaxInFlight, a.ProviderMaxInFlightOutage = st.MaxInFlight, st.MaxInFlightOutage
+		a.ProviderRateLimited = st.RateLimited
 		a.DrainWait = Millis(time.Since(began))
 		a.Drained = a.StillPending == 0 && st.InFlight == 0
 		if a.Drained || time.Since(began) >= timeout {

@@ -35,6 +35,10 @@ const (
 	FaultDown    FaultKind = "down"    // answers 503 at once
 	FaultHang    FaultKind = "hang"    // never answers while the window lasts
 	FaultNone    FaultKind = "none"    // no fault: the provider stays healthy (the ramp)
+	// FaultBrownout makes every charge LatencyFactor times slower (provider only).
+	FaultBrownout FaultKind = "brownout"
+	// FaultErrors answers a share ErrorRate of charges with ErrorStatus (provider only).
+	FaultErrors FaultKind = "errors"
 )
 
 // Target is the dependency a run faults, named as checkout's resilience policy for it is.
@@ -72,6 +76,10 @@ type Config struct {
 
 	// Label names the run in reports, typically the resilience mode under test.
 	Label string
+	// Row names the scenario-matrix row the run belongs to (docs/design.md, "Experiment"),
+	// and Note says what the matrix should tell about it, such as the settings it derived;
+	// both empty outside the matrix.
+	Row, Note string
 
 	Rate     float64       // checkout requests per second, issued on schedule (open loop)
 	Duration time.Duration // how long load and probes are issued
@@ -83,6 +91,18 @@ type Config struct {
 	OutageFor     time.Duration // how long it lasts; ignored for FaultNone
 	Fault         FaultKind
 	OutageLatency time.Duration // the added latency of FaultLatency
+	// LatencyFactor multiplies every charge's processing time during a FaultBrownout.
+	LatencyFactor float64
+	// ErrorRate is the share of charges, 0 to 1, answered ErrorStatus during a FaultErrors.
+	ErrorRate   float64
+	ErrorStatus int
+	// Repeat, above 1, makes the fault come back that many times, every RepeatEvery from
+	// OutageStart, each time for OutageFor: a flapping provider.
+	Repeat      int
+	RepeatEvery time.Duration
+	// RateAfter, when positive, is the rate from the end of the (last) fault on: a backlog
+	// built at Rate while the provider is down, then live load beside its drain.
+	RateAfter float64
 
 	RequestTimeout  time.Duration // when a checkout client gives up
 	HealthInterval  time.Duration
@@ -207,8 +227,19 @@ func (c Config) validate() error {
 	case TargetPayment:
 		switch c.Fault {
 		case FaultLatency, FaultDown, FaultHang, FaultNone:
+		case FaultBrownout:
+			if c.LatencyFactor <= 1 {
+				errs = append(errs, errors.New("latency factor must be above 1 for a brownout"))
+			}
+		case FaultErrors:
+			if c.ErrorRate <= 0 || c.ErrorRate > 1 {
+				errs = append(errs, errors.New("error rate must be above 0 and at most 1 for an error burst"))
+			}
+			if c.ErrorStatus < 400 || c.ErrorStatus > 599 {
+				errs = append(errs, fmt.Errorf("error status %d is not a 4xx or 5xx status", c.ErrorStatus))
+			}
 		default:
-			errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang, none", c.Fault))
+			errs = append(errs, fmt.Errorf("fault %q is not one of latency, down, hang, brownout, errors, none", c.Fault))
 		}
 	case TargetCatalog:
 		if c.CatalogURL == "" {
@@ -229,6 +260,18 @@ func (c Config) validate() error {
 	}
 	if c.RateTo < 0 {
 		errs = append(errs, errors.New("ramp end rate must not be negative"))
+	}
+	switch {
+	case c.RateAfter < 0:
+		errs = append(errs, errors.New("rate after the fault must not be negative"))
+	case c.RateAfter > 0 && (c.RateTo > 0 || c.Fault == FaultNone):
+		errs = append(errs, errors.New("a rate after the fault needs a fault and no ramp"))
+	}
+	if c.Repeat < 0 {
+		errs = append(errs, errors.New("repeat must not be negative"))
+	}
+	if c.Repeat > 1 && c.RepeatEvery <= c.OutageFor {
+		errs = append(errs, errors.New("a repeated fault's period must be longer than the fault, or its windows overlap"))
 	}
 	positive := map[string]time.Duration{
 		"duration": c.Duration, "request timeout": c.RequestTimeout, "health interval": c.HealthInterval,
@@ -252,9 +295,44 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// inOutage reports whether a request scheduled at offset at falls in the fault window.
-func (c Config) inOutage(at time.Duration) bool {
-	return c.Fault != FaultNone && at >= c.OutageStart && at < c.OutageStart+c.OutageFor
+// active returns when the fault is active.
+func (c Config) active() faultTimes {
+	if c.Fault == FaultNone {
+		return faultTimes{}
+	}
+	return faultTimes{start: c.OutageStart, length: c.OutageFor, every: c.RepeatEvery, repeat: c.Repeat}
+}
+
+// liveRate is the rate of the orders sent after the fault.
+func (c Config) liveRate() float64 { return cmp.Or(c.RateAfter, c.Rate) }
+
+// inOutage reports whether a request scheduled at offset at falls in a fault window.
+func (c Config) inOutage(at time.Duration) bool { return c.active().contains(at) }
+
+// faultTimes is when a fault is active: repeat windows (one when repeat is 0) of length, every
+// every from start. The zero faultTimes holds no time.
+type faultTimes struct {
+	start, length, every time.Duration
+	repeat               int
+}
+
+// windows returns how many times the fault comes.
+func (s faultTimes) windows() int { return max(s.repeat, 1) }
+
+// contains reports whether offset at falls in one of the windows.
+func (s faultTimes) contains(at time.Duration) bool {
+	for k := range s.windows() {
+		from := s.start + time.Duration(k)*s.every
+		if at >= from && at < from+s.length {
+			return true
+		}
+	}
+	return false
+}
+
+// end is when the last window ends.
+func (s faultTimes) end() time.Duration {
+	return s.start + time.Duration(s.windows()-1)*s.every + s.length
 }
 
 // lead is how far ahead of t=0 the fault is scheduled and the breaker watch starts, so the

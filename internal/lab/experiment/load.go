@@ -137,9 +137,14 @@ func (l *load) ready(ctx context.Context) error {
 // own goroutine so that a slow answer never delays the next request, and returns when all
 // have finished, ordered by probe and schedule.
 func (l *load) drive(ctx context.Context, start time.Time) []Sample {
-	orders := schedule(time.Duration(float64(time.Second)/l.cfg.Rate), l.cfg.Duration)
-	if l.cfg.RateTo > 0 {
+	var orders []time.Duration
+	switch {
+	case l.cfg.RateTo > 0:
 		orders = rampSchedule(l.cfg.Rate, l.cfg.RateTo, l.cfg.Duration)
+	case l.cfg.RateAfter > 0:
+		orders = stepSchedule(l.cfg.Rate, l.cfg.RateAfter, l.cfg.active().end(), l.cfg.Duration)
+	default:
+		orders = schedule(time.Duration(float64(time.Second)/l.cfg.Rate), l.cfg.Duration)
 	}
 	probes := schedule(l.cfg.HealthInterval, l.cfg.Duration)
 	samples := make([]Sample, len(orders)+len(probes))
@@ -166,6 +171,27 @@ func schedule(interval, d time.Duration) []time.Duration {
 		at = append(at, t)
 	}
 	return at
+}
+
+// stepSchedule returns the offsets of requests issued at r0 per second until at, then at r1
+// per second until d. Each offset is k / rate from where its rate began, so that a rate
+// whose interval is no whole number of nanoseconds (60/s) sends no extra request before at.
+func stepSchedule(r0, r1 float64, at, d time.Duration) []time.Duration {
+	at = min(at, d)
+	var offsets []time.Duration
+	for _, phase := range []struct {
+		rate     float64
+		from, to time.Duration
+	}{{r0, 0, at}, {r1, at, d}} {
+		for k := 0; ; k++ {
+			t := phase.from + time.Duration(float64(k)/phase.rate*float64(time.Second))
+			if t >= phase.to {
+				break
+			}
+			offsets = append(offsets, t)
+		}
+	}
+	return offsets
 }
 
 // rampSchedule returns the offsets of requests whose rate grows linearly from r0 to r1 per

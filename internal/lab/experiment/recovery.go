@@ -36,8 +36,8 @@ type Recovery struct {
 	BacklogPaid Millis `json:"backlog_paid_ms"`
 	LastPaid    Millis `json:"last_paid_ms"`
 	// IdealDrain is the least time the backlog could take: Backlog / (Capacity /
-	// ProviderLatency − Rate), the provider's surplus once live orders have their share; 0
-	// when the capacity or the latency is not known.
+	// ProviderLatency − the live rate), the provider's surplus once live orders have their
+	// share; 0 when the capacity or the latency is not known.
 	IdealDrain      Millis `json:"ideal_drain_ms"`
 	Capacity        int    `json:"capacity"`
 	ProviderLatency Millis `json:"provider_latency_ms"`
@@ -83,7 +83,7 @@ func (r Recovery) LiveShare() float64 {
 // each second) and the most of their slots taken, over the whole seconds after the fault of
 // scenario ended; ok is false when no reading of the workers succeeded then.
 func (r Recovery) WorkersAfter(scenario Scenario) (lo, hi, slots int, ok bool) {
-	end := time.Duration(scenario.OutageStart + scenario.OutageFor)
+	end := scenario.active().end()
 	from := Millis(end.Truncate(time.Second))
 	if time.Duration(from) < end {
 		from += Millis(time.Second)
@@ -263,7 +263,7 @@ func (w *recoveryWatch) result() (seconds []Second, workerErrors int, err error)
 // measureRecovery works out the Recovery of a drained run from its samples, Postgres and
 // the provider's stats.
 func measureRecovery(ctx context.Context, db *pgx.Conn, sim *simulator, cfg Config, start time.Time, samples []Sample, seconds []Second) (Recovery, error) {
-	end := cfg.OutageStart + cfg.OutageFor
+	end := cfg.active().end()
 	r := Recovery{LiveAfter: Millis(cfg.LiveAfter), Seconds: seconds, ProviderLatency: Millis(cfg.ProviderLatency)}
 	var backlog, acked []string
 	for _, s := range samples {
@@ -318,7 +318,7 @@ func measureRecovery(ctx context.Context, db *pgx.Conn, sim *simulator, cfg Conf
 	r.ChargesDuringFault, r.LookupsDuringFault, r.ChargesProcessed, r.ChargesOverCapacity, r.Capacity =
 		st.ChargesDuringFault, st.LookupsDuringFault, st.ChargesProcessed, st.ChargesOverCapacity, st.Capacity
 	if r.Capacity > 0 && cfg.ProviderLatency > 0 {
-		surplus := float64(r.Capacity)/cfg.ProviderLatency.Seconds() - cfg.Rate
+		surplus := float64(r.Capacity)/cfg.ProviderLatency.Seconds() - cfg.liveRate()
 		if surplus > 0 {
 			r.IdealDrain = Millis(time.Duration(float64(r.Backlog) / surplus * float64(time.Second)))
 		}

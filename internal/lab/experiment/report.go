@@ -14,7 +14,11 @@ import (
 // Report is one run's result. It is what the JSON file holds; WriteMarkdown and WriteSVG
 // render it.
 type Report struct {
-	Label     string    `json:"label"`
+	Label string `json:"label"`
+	// Row and Note are the scenario-matrix row the run belongs to and what the matrix says
+	// about it (Config.Row, Config.Note); empty outside the matrix.
+	Row       string    `json:"row,omitempty"`
+	Note      string    `json:"note,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	Scenario  Scenario  `json:"scenario"`
 
@@ -41,18 +45,26 @@ type Report struct {
 
 // Scenario is the part of Config a report needs to be read and drawn.
 type Scenario struct {
-	Rate           float64   `json:"rate"`
-	RateTo         float64   `json:"rate_to,omitempty"` // the ramp's end rate; 0 for a constant rate
-	Duration       Millis    `json:"duration_ms"`
-	OutageStart    Millis    `json:"outage_start_ms"`
-	OutageFor      Millis    `json:"outage_for_ms"`
-	FaultTarget    Target    `json:"fault_target,omitempty"` // empty in reports from before the catalog: payment
-	Fault          FaultKind `json:"fault"`
-	OutageLatency  Millis    `json:"outage_latency_ms,omitempty"`
-	RequestTimeout Millis    `json:"request_timeout_ms"`
-	HealthInterval Millis    `json:"health_interval_ms"`
-	HealthTimeout  Millis    `json:"health_timeout_ms"`
-	MaxLag         Millis    `json:"max_lag_ms"`
+	Rate          float64   `json:"rate"`
+	RateTo        float64   `json:"rate_to,omitempty"` // the ramp's end rate; 0 for a constant rate
+	Duration      Millis    `json:"duration_ms"`
+	OutageStart   Millis    `json:"outage_start_ms"`
+	OutageFor     Millis    `json:"outage_for_ms"`
+	FaultTarget   Target    `json:"fault_target,omitempty"` // empty in reports from before the catalog: payment
+	Fault         FaultKind `json:"fault"`
+	OutageLatency Millis    `json:"outage_latency_ms,omitempty"`
+	LatencyFactor float64   `json:"latency_factor,omitempty"` // a brownout's
+	ErrorRate     float64   `json:"error_rate,omitempty"`     // an error burst's, with ErrorStatus
+	ErrorStatus   int       `json:"error_status,omitempty"`
+	// Repeat and RepeatEvery are a flapping fault's windows (Config.Repeat); 0 for one window.
+	Repeat      int    `json:"repeat,omitempty"`
+	RepeatEvery Millis `json:"repeat_every_ms,omitempty"`
+	// RateAfter is the rate from the fault's end on (Config.RateAfter); 0 for Rate throughout.
+	RateAfter      float64 `json:"rate_after,omitempty"`
+	RequestTimeout Millis  `json:"request_timeout_ms"`
+	HealthInterval Millis  `json:"health_interval_ms"`
+	HealthTimeout  Millis  `json:"health_timeout_ms"`
+	MaxLag         Millis  `json:"max_lag_ms"`
 }
 
 // Phases splits a probe's samples by when they were due.
@@ -76,14 +88,31 @@ func newReport(cfg Config, start time.Time, samples []Sample, lag time.Duration,
 		OutageFor: Millis(cfg.OutageFor), FaultTarget: cfg.target(), Fault: cfg.Fault, RequestTimeout: Millis(cfg.RequestTimeout),
 		HealthInterval: Millis(cfg.HealthInterval), HealthTimeout: Millis(cfg.HealthTimeout), MaxLag: Millis(cfg.MaxLag),
 	}
-	if cfg.Fault == FaultLatency {
+	switch cfg.Fault {
+	case FaultLatency:
 		sc.OutageLatency = Millis(cfg.OutageLatency)
+	case FaultBrownout:
+		sc.LatencyFactor = cfg.LatencyFactor
+	case FaultErrors:
+		sc.ErrorRate, sc.ErrorStatus = cfg.ErrorRate, cfg.ErrorStatus
 	}
+	if cfg.Repeat > 1 {
+		sc.Repeat, sc.RepeatEvery = cfg.Repeat, Millis(cfg.RepeatEvery)
+	}
+	sc.RateAfter = cfg.RateAfter
 	return Report{
-		Label: cfg.Label, StartedAt: start.UTC(), Scenario: sc,
+		Label: cfg.Label, Row: cfg.Row, Note: cfg.Note, StartedAt: start.UTC(), Scenario: sc,
 		Checkout: phases(ProbeCheckout), Health: phases(ProbeHealth),
 		Breaker: b, Limit: l, Cache: c, Audit: a, WorstLag: Millis(lag), Samples: samples,
 	}
+}
+
+// active returns when the fault was active.
+func (s Scenario) active() faultTimes {
+	if s.Fault == FaultNone {
+		return faultTimes{}
+	}
+	return faultTimes{start: time.Duration(s.OutageStart), length: time.Duration(s.OutageFor), every: time.Duration(s.RepeatEvery), repeat: s.Repeat}
 }
 
 // target returns the faulted dependency, TargetPayment for reports that do not say.
@@ -97,12 +126,16 @@ func (s Scenario) dependency() string {
 	return "provider"
 }
 
-// Name is how tables and figures refer to the run, e.g. "protected, 20 req/s", or
-// "protected, 10→80 req/s" for a ramp.
+// Name is how tables and figures refer to the run, e.g. "protected, 20 req/s",
+// "protected, 10→80 req/s" for a ramp, or "protected, 60 then 20 req/s" for a backlog built
+// during the fault.
 func (r Report) Name() string {
 	rate := strconv.FormatFloat(r.Scenario.Rate, 'f', -1, 64)
-	if r.Scenario.RateTo > 0 {
+	switch {
+	case r.Scenario.RateTo > 0:
 		rate += "→" + strconv.FormatFloat(r.Scenario.RateTo, 'f', -1, 64)
+	case r.Scenario.RateAfter > 0:
+		rate += " then " + strconv.FormatFloat(r.Scenario.RateAfter, 'f', -1, 64)
 	}
 	rate += " req/s"
 	if r.Label == "" {
@@ -199,7 +232,7 @@ func runNotes(b *strings.Builder, reports []Report) {
 				fmt.Fprintf(b, " Backlog: %d orders, paid %s after it", rec.Backlog, paidCell(rec.BacklogPaid))
 				if rec.IdealDrain > 0 {
 					fmt.Fprintf(b, " (ideal %s: backlog / (%d / %s − %s/s))", seconds(rec.IdealDrain), rec.Capacity, ms(rec.ProviderLatency),
-						strconv.FormatFloat(r.Scenario.Rate, 'f', -1, 64))
+						strconv.FormatFloat(r.Scenario.liveRate(), 'f', -1, 64))
 				}
 				b.WriteString(".")
 			}
@@ -330,12 +363,17 @@ func transitions(b Breaker, policy Target) string {
 	return "breaker " + strings.Join(parts, ", ") + sources
 }
 
-// faultSpan says what the faulted dependency did and when, e.g. "+10s latency from 500ms for 3s".
+// faultSpan says what the faulted dependency did and when, e.g. "+10s latency from 500ms for
+// 3s", or "hang from 1s for 2s, 5 times every 4s".
 func faultSpan(s Scenario) string {
 	if s.Fault == FaultNone {
 		return fault(s) + " throughout"
 	}
-	return fmt.Sprintf("%s from %v for %v", fault(s), time.Duration(s.OutageStart), time.Duration(s.OutageFor))
+	text := fmt.Sprintf("%s from %v for %v", fault(s), time.Duration(s.OutageStart), time.Duration(s.OutageFor))
+	if s.Repeat > 1 {
+		text += fmt.Sprintf(", %d times every %v", s.Repeat, time.Duration(s.RepeatEvery))
+	}
+	return text
 }
 
 func fault(s Scenario) string {
@@ -344,9 +382,16 @@ func fault(s Scenario) string {
 		return "healthy"
 	case FaultLatency:
 		return "+" + time.Duration(s.OutageLatency).String() + " latency"
+	case FaultBrownout:
+		return strconv.FormatFloat(s.LatencyFactor, 'f', -1, 64) + "× latency"
+	case FaultErrors:
+		return fmt.Sprintf("%s %% answered %d", strconv.FormatFloat(100*s.ErrorRate, 'f', -1, 64), s.ErrorStatus)
 	}
 	return string(s.Fault)
 }
+
+// liveRate is the rate of the orders sent after the fault.
+func (s Scenario) liveRate() float64 { return cmp.Or(s.RateAfter, s.Rate) }
 
 // ms formats a latency for a table: whole milliseconds, or tenths below 10 ms where the
 // difference matters (the article's /health p50 is 2 ms).

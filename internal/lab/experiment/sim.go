@@ -40,6 +40,9 @@ type providerStats struct {
 	ChargesProcessed    int            `json:"charges_processed"`
 	ChargesOverCapacity int            `json:"charges_over_capacity"`
 	Capacity            int            `json:"capacity"`
+	// RateLimited counts the requests answered 429 because they came above the provider's
+	// rate limit.
+	RateLimited int `json:"rate_limited"`
 }
 
 // catalogPrice is one entry of catalogsim's GET /admin/prices.
@@ -50,11 +53,14 @@ type catalogPrice struct {
 
 // faultWindow is the body of POST /admin/faults.
 type faultWindow struct {
-	Latency  string `json:"latency,omitempty"`
-	Hang     bool   `json:"hang,omitempty"`
-	Down     bool   `json:"down,omitempty"`
-	StartIn  string `json:"start_in"`
-	Duration string `json:"duration"`
+	Latency       string  `json:"latency,omitempty"`
+	LatencyFactor float64 `json:"latency_factor,omitempty"`
+	ErrorRate     float64 `json:"error_rate,omitempty"`
+	ErrorStatus   int     `json:"error_status,omitempty"`
+	Hang          bool    `json:"hang,omitempty"`
+	Down          bool    `json:"down,omitempty"`
+	StartIn       string  `json:"start_in"`
+	Duration      string  `json:"duration"`
 }
 
 func (s *simulator) reset(ctx context.Context) error {
@@ -126,9 +132,10 @@ func (s *simulator) waitIdle(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// scheduleFault scripts the outage relative to start. start_in is computed just before the
-// request goes out, so the window is off by at most the request's one-way trip. Config.validate
-// has kept FaultHang away from catalogsim, which has no such fault.
+// scheduleFault scripts the outage relative to start: one window, or Config.Repeat of them.
+// Each start_in is computed just before its request goes out, so a window is off by at most
+// the request's one-way trip. Config.validate has kept the provider's own faults (hang,
+// brownout, errors) away from catalogsim.
 func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Time) error {
 	w := faultWindow{Duration: cfg.OutageFor.String()}
 	switch cfg.Fault {
@@ -138,9 +145,20 @@ func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Ti
 		w.Hang = true
 	case FaultDown:
 		w.Down = true
+	case FaultBrownout:
+		w.LatencyFactor = cfg.LatencyFactor
+	case FaultErrors:
+		w.ErrorRate, w.ErrorStatus = cfg.ErrorRate, cfg.ErrorStatus
 	}
-	w.StartIn = max(time.Until(start.Add(cfg.OutageStart)), 0).String()
-	return s.do(ctx, http.MethodPost, "/admin/faults", w, nil)
+	active := cfg.active()
+	for k := range active.windows() {
+		from := active.start + time.Duration(k)*active.every
+		w.StartIn = max(time.Until(start.Add(from)), 0).String()
+		if err := s.do(ctx, http.MethodPost, "/admin/faults", w, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // do sends an admin request with an optional JSON body and decodes a JSON answer into out.

@@ -20,6 +20,8 @@ func TestScheduleFault(t *testing.T) {
 		{FaultLatency, faultWindow{Latency: "10s", Duration: "3s"}},
 		{FaultDown, faultWindow{Down: true, Duration: "3s"}},
 		{FaultHang, faultWindow{Hang: true, Duration: "3s"}},
+		{FaultBrownout, faultWindow{LatencyFactor: 5, Duration: "3s"}},
+		{FaultErrors, faultWindow{ErrorRate: 0.5, ErrorStatus: 503, Duration: "3s"}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.fault), func(t *testing.T) {
@@ -38,7 +40,7 @@ func TestScheduleFault(t *testing.T) {
 			t.Cleanup(srv.Close)
 
 			cfg := DefaultConfig()
-			cfg.Fault = tt.fault
+			cfg.Fault, cfg.LatencyFactor, cfg.ErrorRate, cfg.ErrorStatus = tt.fault, 5, 0.5, 503
 			start := time.Now().Add(lead)
 			if err := newSimulator("paymentsim", srv.URL, "secret").scheduleFault(t.Context(), cfg, start); err != nil {
 				t.Fatal(err)
@@ -59,6 +61,38 @@ func TestScheduleFault(t *testing.T) {
 	}
 }
 
+// TestScheduleFaultRepeats checks a flapping provider's windows: one request per window,
+// each starting a period after the one before.
+func TestScheduleFaultRepeats(t *testing.T) {
+	t.Parallel()
+	var got []faultWindow
+	var startsAt []time.Time // when each window starts, by the server's clock
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var f faultWindow
+		_ = json.NewDecoder(r.Body).Decode(&f)
+		startIn, _ := time.ParseDuration(f.StartIn)
+		got, startsAt = append(got, f), append(startsAt, time.Now().Add(startIn)) // the requests come one after another
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := DefaultConfig()
+	cfg.Fault, cfg.OutageStart, cfg.OutageFor, cfg.Repeat, cfg.RepeatEvery = FaultHang, time.Second, 2*time.Second, 5, 4*time.Second
+	start := time.Now().Add(lead)
+	if err := newSimulator("paymentsim", srv.URL, "").scheduleFault(t.Context(), cfg, start); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 {
+		t.Fatalf("%d windows scheduled, want 5", len(got))
+	}
+	for k, w := range got {
+		// A window starts late by the request's one-way trip at most.
+		want := start.Add(time.Second + time.Duration(k)*4*time.Second)
+		if late := startsAt[k].Sub(want); late < 0 || late > time.Second || !w.Hang || w.Duration != "2s" {
+			t.Errorf("window %d = %+v, starting %v after %v; want a 2s hang starting then", k, w, late, want)
+		}
+	}
+}
+
 func TestSimulatorErrors(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -74,15 +108,15 @@ func TestSimulatorErrors(t *testing.T) {
 func TestSimulatorStats(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7,"max_in_flight_during_fault":5}`))
+		_, _ = w.Write([]byte(`{"total_charges":3,"declines":0,"charges_by_reference":{"o1":2,"o2":1},"duplicate_references":1,"idempotency_keys":3,"in_flight":0,"max_in_flight":7,"max_in_flight_during_fault":5,"rate_limited":4}`))
 	}))
 	t.Cleanup(srv.Close)
 	got, err := newSimulator("paymentsim", srv.URL, "").stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.TotalCharges != 3 || got.DuplicateReferences != 1 || got.MaxInFlight != 7 || got.MaxInFlightOutage != 5 || got.ChargesByReference["o1"] != 2 {
-		t.Errorf("stats = %+v, want 3 charges, 1 duplicate, max in flight 7", got)
+	if got.TotalCharges != 3 || got.DuplicateReferences != 1 || got.MaxInFlight != 7 || got.MaxInFlightOutage != 5 || got.ChargesByReference["o1"] != 2 || got.RateLimited != 4 {
+		t.Errorf("stats = %+v, want 3 charges, 1 duplicate, max in flight 7, 4 rate-limited", got)
 	}
 }
 

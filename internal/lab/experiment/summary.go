@@ -36,6 +36,7 @@ type Summary struct {
 	Outcomes map[string]int `json:"outcomes"`
 	P50      Millis         `json:"p50_ms"`
 	P95      Millis         `json:"p95_ms"`
+	P99      Millis         `json:"p99_ms"`
 	// Stale counts the answers checkout marked as checked against stale catalog prices.
 	Stale int `json:"stale"`
 	// Unavailable counts the 503 answers with a Retry-After header; UnavailableBare those
@@ -68,6 +69,7 @@ func summarize(samples []Sample, p Probe, keep func(Sample) bool) Summary {
 	}
 	s.P50 = Millis(percentile(latencies, 50))
 	s.P95 = Millis(percentile(latencies, 95))
+	s.P99 = Millis(percentile(latencies, 99))
 	return s
 }
 

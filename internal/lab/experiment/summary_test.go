@@ -66,6 +66,9 @@ func TestSummarize(t *testing.T) {
 	if got, want := time.Duration(got.P95), 200*time.Millisecond; got != want {
 		t.Errorf("p95 = %v, want %v", got, want)
 	}
+	if got, want := time.Duration(got.P99), 200*time.Millisecond; got != want {
+		t.Errorf("p99 = %v, want %v", got, want)
+	}
 }
 
 func TestCheckSchedule(t *testing.T) {
