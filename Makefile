@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment experiment-catalog bench compose-smoke k8s-smoke chaos
+.PHONY: test build migrate run up lint experiment experiment-matrix experiment-catalog bench compose-smoke k8s-smoke chaos
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -29,6 +29,10 @@ run: build
 ## experiment: the outage scenario for every mode at 20 and 40 req/s, stack as local processes; writes results/
 experiment:
 	GO=$(GO) scripts/experiment
+
+## experiment-matrix: the scenario matrix, eleven provider behaviours in timeout and protected mode, one table (ROWS="1 5", MODES=protected pick some); local processes; writes results/matrix.md and .json
+experiment-matrix:
+	GO=$(GO) scripts/experiment-matrix
 
 ## experiment-catalog: the catalog down for 10 s under 20 req/s after a warm-up (stale cache), with a 5 s staleness bound, and from t=0 with a cold cache; local processes; writes results/
 experiment-catalog:

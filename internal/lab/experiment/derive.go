@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Settings are the payment protection settings (docs/operations.md, "payment protection")
+// Settings are payment protection settings (docs/operations.md lists them)
 // derived from a provider's latency rather than the demo's defaults, which are for a
 // provider answering in about 200 ms. The matrix's slow-provider row runs checkout and the
 // worker with them.
