@@ -42,7 +42,7 @@ type MatrixLine struct {
 	// RateLimited counts the 429s the provider answered (Audit.ProviderRateLimited).
 	RateLimited int `json:"rate_limited"`
 	// AllPaid is when the run's last acknowledged order was paid, from the end of the
-	// (last) fault; -1 when one never was (Recovery.LastPaid).
+	// (last) fault: 0 when before it, NeverPaid when one never was (Recovery.LastPaid).
 	AllPaid Millis `json:"all_paid_ms"`
 
 	Drained       bool `json:"drained"`
@@ -144,7 +144,7 @@ func WriteMatrix(w io.Writer, lines []MatrixLine) error {
 		"and answered otherwise (listed below). p50 / p99: of every checkout answer, a timeout at the client's " +
 		"timeout. Charges (lookups) into the fault: what the provider received while a fault was active. " +
 		"429s: requests the provider refused above its rate limit. All paid after the fault: when the last " +
-		"acknowledged order of the run was paid, from the end of the (last) fault. Lost: acknowledged orders " +
+		"acknowledged order of the run was paid, from the end of the (last) fault (0 s: before it ended). Lost: acknowledged orders " +
 		"missing from Postgres; charged twice: from the provider's ledger; both must be 0.\n\n")
 	for i, l := range lines {
 		if l.Note != "" && (i == 0 || lines[i-1].Row != l.Row) {

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func matrixReports(t *testing.T) []Report {
 	broken := outage
 	broken.Label = "timeout"
 	broken.Audit = Audit{ProviderMaxInFlight: 60, ProviderMaxInFlightOutage: 60, Lost: []string{"o7"}, DoubleCharged: 2, StillPending: 3}
-	broken.Recovery = &Recovery{ChargesDuringFault: 60, LastPaid: -1}
+	broken.Recovery = &Recovery{ChargesDuringFault: 60, LastPaid: NeverPaid}
 	return []Report{healthy("timeout"), broken, healthy("protected"), outage}
 }
 
@@ -91,6 +92,28 @@ func TestWriteMatrix(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "INVARIANT") {
 		t.Errorf("a clean matrix warns of a broken invariant:\n%s", b.String())
+	}
+}
+
+// TestNeverPaidSurvivesJSON: the matrix reads the runs' JSON reports, so an order never
+// paid must still read "never" after the round trip, and one paid before the fault's end 0 s.
+func TestNeverPaidSurvivesJSON(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		paid Millis
+		want string
+	}{{NeverPaid, "never"}, {0, "0.00 s"}, {Millis(1500 * time.Millisecond), "1.50 s"}} {
+		b, err := json.Marshal(Recovery{LastPaid: tt.paid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Recovery
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if cell := paidCell(got.LastPaid); cell != tt.want {
+			t.Errorf("%v after JSON reads %q, want %q", time.Duration(tt.paid), cell, tt.want)
+		}
 	}
 }
 

@@ -32,7 +32,8 @@ type Recovery struct {
 	// Backlog counts the orders answered 202 before the fault ended: deferred to the worker.
 	Backlog int `json:"backlog"`
 	// BacklogPaid is when the last of them was paid, LastPaid when the last acknowledged
-	// order of the run was, both from the end of the fault; -1 when one never was.
+	// order of the run was, both from the end of the fault: 0 when that was before its end,
+	// NeverPaid when one never was.
 	BacklogPaid Millis `json:"backlog_paid_ms"`
 	LastPaid    Millis `json:"last_paid_ms"`
 	// IdealDrain is the least time the backlog could take: Backlog / (Capacity /
@@ -70,6 +71,10 @@ type Second struct {
 	WorkerLimit    int    `json:"worker_limit,omitempty"`
 	WorkerSlots    int    `json:"worker_slots_max,omitempty"`
 }
+
+// NeverPaid is Recovery.BacklogPaid or LastPaid when an order never was: -1 ms, which a
+// report's JSON keeps (it rounds to the microsecond).
+const NeverPaid = Millis(-time.Millisecond)
 
 // LiveShare is the share of live orders answered 201, 1 when none was sent.
 func (r Recovery) LiveShare() float64 {
@@ -300,9 +305,9 @@ func measureRecovery(ctx context.Context, db *pgx.Conn, sim *simulator, cfg Conf
 			return 0, fmt.Errorf("recovery: %w", err)
 		}
 		if last == nil || unpaid > 0 {
-			return -1, nil
+			return NeverPaid, nil
 		}
-		return Millis(last.Sub(faultEnd)), nil
+		return Millis(max(last.Sub(faultEnd), 0)), nil
 	}
 	var err error
 	if r.BacklogPaid, err = lastPaid(backlog); err != nil {

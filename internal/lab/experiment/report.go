@@ -393,16 +393,16 @@ func fault(s Scenario) string {
 // liveRate is the rate of the orders sent after the fault.
 func (s Scenario) liveRate() float64 { return cmp.Or(s.RateAfter, s.Rate) }
 
-// ms formats a latency for a table: whole milliseconds, or tenths below 10 ms where the
-// difference matters (the article's /health p50 is 2 ms).
-// paidCell is a Recovery time, or "never" for -1.
+// paidCell is a Recovery time, or "never" for NeverPaid.
 func paidCell(d Millis) string {
-	if d < 0 {
+	if d == NeverPaid {
 		return "never"
 	}
 	return seconds(d)
 }
 
+// ms formats a latency for a table: whole milliseconds, or tenths below 10 ms where the
+// difference matters (the article's /health p50 is 2 ms).
 func ms(d Millis) string {
 	v := float64(d) / float64(time.Millisecond)
 	if v < 10 {
