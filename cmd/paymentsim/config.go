@@ -14,9 +14,12 @@ import (
 // docs/operations.md lists each variable; a test keeps the two in sync.
 type config struct {
 	simulator.Config
-	LedgerCap int
-	ChargeCap int // 0: paymentsim's default, a multiple of LedgerCap
-	Capacity  int // 0: unlimited
+	LedgerCap    int
+	ChargeCap    int           // 0: paymentsim's default, a multiple of LedgerCap
+	Capacity     int           // 0: unlimited
+	LatencySigma float64       // 0: Latency ± Jitter; above: log-normal around Latency
+	LatencyCap   time.Duration // 0: none
+	RateLimit    int           // charges a second; 0: unlimited
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -31,9 +34,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Jitter:          env.Duration("PAYMENTSIM_JITTER", paymentsim.DefaultJitter, 0, time.Minute),
 			AdminToken:      env.String("PAYMENTSIM_ADMIN_TOKEN", ""),
 		},
-		LedgerCap: env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
-		ChargeCap: env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
-		Capacity:  env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
+		LedgerCap:    env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
+		ChargeCap:    env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
+		Capacity:     env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
+		LatencySigma: env.Float("PAYMENTSIM_LATENCY_SIGMA", 0, 0, paymentsim.MaxLatencySigma),
+		LatencyCap:   env.Duration("PAYMENTSIM_LATENCY_CAP", 0, 0, time.Minute),
+		RateLimit:    env.Int("PAYMENTSIM_RATE_LIMIT", 0, 0, 1_000_000),
 	}
 	// The admin API resets the ledger (forgetting keys, so a retry becomes
 	// a second charge) and injects faults: open only on loopback, with a
@@ -50,6 +56,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// provider still replays, and the lookup would contradict the replay.
 	if cfg.ChargeCap != 0 && cfg.ChargeCap < cfg.LedgerCap {
 		return cfg, fmt.Errorf("PAYMENTSIM_CHARGE_CAP=%d: want at least PAYMENTSIM_LEDGER_CAP (%d)", cfg.ChargeCap, cfg.LedgerCap)
+	}
+	// The cap truncates the log-normal's upper half, so it needs one, above its median.
+	if cfg.LatencyCap != 0 && (cfg.LatencySigma == 0 || cfg.LatencyCap <= cfg.Latency) {
+		return cfg, fmt.Errorf("PAYMENTSIM_LATENCY_CAP=%v: want a cap above PAYMENTSIM_LATENCY (%v), with PAYMENTSIM_LATENCY_SIGMA above 0", cfg.LatencyCap, cfg.Latency)
 	}
 	return cfg, admin.Check()
 }

@@ -17,13 +17,17 @@ func main() { command.Main() }
 
 func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
 	sim := paymentsim.New(paymentsim.Config{
-		Latency:    cfg.Latency,
-		Jitter:     cfg.Jitter,
-		LedgerCap:  cfg.LedgerCap,
-		ChargeCap:  cfg.ChargeCap,
-		Capacity:   cfg.Capacity,
-		AdminToken: cfg.AdminToken,
-		Logger:     logger,
+		Latency:      cfg.Latency,
+		Jitter:       cfg.Jitter,
+		LatencySigma: cfg.LatencySigma,
+		LatencyCap:   cfg.LatencyCap,
+		LedgerCap:    cfg.LedgerCap,
+		ChargeCap:    cfg.ChargeCap,
+		Capacity:     cfg.Capacity,
+		RateLimit:    cfg.RateLimit,
+		AdminToken:   cfg.AdminToken,
+		Logger:       logger,
 	})
-	return sim, []any{"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity}
+	return sim, []any{"latency_sigma", cfg.LatencySigma, "latency_cap", cfg.LatencyCap,
+		"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity, "rate_limit", cfg.RateLimit}
 }

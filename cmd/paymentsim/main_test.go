@@ -55,6 +55,9 @@ func TestBadConfigurationFailsNamingTheVariable(t *testing.T) {
 		{"PAYMENTSIM_CHARGE_CAP", "many"},
 		{"PAYMENTSIM_CHARGE_CAP", "99999"}, // below the default PAYMENTSIM_LEDGER_CAP
 		{"PAYMENTSIM_CAPACITY", "-1"},
+		{"PAYMENTSIM_LATENCY_SIGMA", "-0.5"},
+		{"PAYMENTSIM_LATENCY_CAP", "380ms"}, // without a PAYMENTSIM_LATENCY_SIGMA
+		{"PAYMENTSIM_RATE_LIMIT", "-1"},
 		{"SHUTDOWN_TIMEOUT", "10"},
 		{"LOG_LEVEL", "verbose"},
 	})

@@ -79,8 +79,9 @@ func isToken(s string, maxLen int) bool {
 	return true
 }
 
-// handleCharge serves POST /v1/charges: faults first (they stand for trouble in front of the
-// provider's ledger), then validation, then the ledger, then processing.
+// handleCharge serves POST /v1/charges: the rate limit first, then faults (they stand for
+// trouble in front of the provider's ledger), then validation, then the ledger, then
+// processing.
 func (s *Simulator) handleCharge() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -100,6 +101,11 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	if err != nil {
 		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
 		return simulator.OutcomeInvalid
+	}
+	// The rate limit stands in front of everything else, as a provider's edge does: a charge
+	// over it is refused at once, whatever trouble lies behind.
+	if s.rateLimit(w, fault) {
+		return outcomeRateLimited
 	}
 	if out, stop := s.injectFault(w, r, fault); stop {
 		return out
@@ -146,9 +152,10 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	return out
 }
 
-// process takes the configured time, under the capacity model (see scaledLatency) and with
-// fault's latency added, then charges or declines: it returns the response and the charge
-// made, nil for a decline. ctx carries no cancellation from the client, only values.
+// process takes the time drawn for it (see latency), under the capacity model (see
+// scaledLatency) and with fault's latency added, then charges or declines: it returns the
+// response and the charge made, nil for a decline. ctx carries no cancellation from the
+// client, only values.
 //
 // A charge's creation time is when its processing began, as a real provider stamps it when
 // it accepts the request: a charge that took long appears in the list after charges created
@@ -162,7 +169,7 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 		capacity = fault.Capacity
 	}
 	s.inflight.processing(capacity > 0 && n > capacity)
-	simulator.Sleep(ctx, scaledLatency(s.latency(), n, capacity)+time.Duration(fault.Latency))
+	simulator.Sleep(ctx, scaledLatency(s.latency(fault), n, capacity)+time.Duration(fault.Latency))
 	if req.PaymentMethod == declinedMethod {
 		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil
 	}
@@ -175,11 +182,6 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 		Created:   created,
 	}
 	return jsonResponse(http.StatusCreated, ch), &ch
-}
-
-// latency draws this request's processing time from Latency ± Jitter.
-func (s *Simulator) latency() time.Duration {
-	return simulator.Jittered(s.cfg.Latency, s.cfg.Jitter, s.srv.Random)
 }
 
 // response is a finished answer as the ledger keeps it, so a replay is byte-for-byte identical.

@@ -2,10 +2,14 @@ package paymentsim
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
 // addFault posts body to the admin API and fails the test unless it is accepted.
@@ -40,6 +44,67 @@ func TestFaultStatus(t *testing.T) {
 	}
 }
 
+// An error burst of 503s answers as an outage does, with the protocol's error body.
+func TestFaultErrorStatus(t *testing.T) {
+	t.Parallel()
+	down := setup(t, 0)
+	addFault(t, down, `{"down":true}`)
+	want := postCharge(t, down, "k1", validBody)
+
+	sim := setup(t, 0)
+	addFault(t, sim, `{"error_rate":1,"error_status":503}`)
+	got := postCharge(t, sim, "k1", validBody)
+	if got.Code != http.StatusServiceUnavailable || got.Body.String() != want.Body.String() {
+		t.Errorf("answer: got %d %s, want %d %s", got.Code, got.Body, want.Code, want.Body)
+	}
+	if got := sim.Stats().IdempotencyKeys; got != 0 {
+		t.Errorf("keys after an injected error: got %d, want 0", got)
+	}
+}
+
+func TestFaultMerge(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) simulator.Duration { return simulator.Duration(time.Duration(n) * time.Millisecond) }
+	trouble := func(rate float64) simulator.Trouble { return simulator.Trouble{ErrorRate: rate} }
+	tests := []struct {
+		name string
+		f, g Fault
+		want Fault
+	}{
+		{"the higher error rate brings its status",
+			Fault{Trouble: trouble(0.5), ErrorStatus: 503}, Fault{Trouble: trouble(0.9)},
+			Fault{Trouble: trouble(0.9)}},
+		{"503 of two equal error rates",
+			Fault{Trouble: trouble(0.5)}, Fault{Trouble: trouble(0.5), ErrorStatus: 503},
+			Fault{Trouble: trouble(0.5), ErrorStatus: 503}},
+		{"latency factors multiply",
+			Fault{LatencyFactor: 2}, Fault{LatencyFactor: 5},
+			Fault{LatencyFactor: 10}},
+		{"a factor alone stays",
+			Fault{LatencyFactor: 5}, Fault{Hang: true},
+			Fault{LatencyFactor: 5, Hang: true}},
+		{"the slower distribution wins whole",
+			Fault{LatencyMedian: ms(120), LatencySigma: 0.8, LatencyCap: ms(380)}, Fault{LatencyMedian: ms(600), LatencySigma: 0.5},
+			Fault{LatencyMedian: ms(600), LatencySigma: 0.5}},
+		{"of equal medians, the larger σ",
+			Fault{LatencyMedian: ms(120), LatencySigma: 0.8}, Fault{LatencyMedian: ms(120), LatencySigma: 0.5, LatencyCap: ms(380)},
+			Fault{LatencyMedian: ms(120), LatencySigma: 0.8}},
+		{"the smaller rate limit and capacity",
+			Fault{RateLimit: 10, Capacity: 2}, Fault{RateLimit: 5, Capacity: 4},
+			Fault{RateLimit: 5, Capacity: 2}},
+		{"a rate limit alone stays",
+			Fault{}, Fault{RateLimit: 10},
+			Fault{RateLimit: 10}},
+	}
+	for _, tt := range tests {
+		for _, merged := range []Fault{tt.f.Merge(tt.g), tt.g.Merge(tt.f)} {
+			if merged != tt.want {
+				t.Errorf("%s: got %+v, want %+v", tt.name, merged, tt.want)
+			}
+		}
+	}
+}
+
 func TestFaultScheduled(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -62,6 +127,31 @@ func TestFaultScheduled(t *testing.T) {
 			postCharge(t, sim, "k"+string(rune('a'+i)), validBody)
 			if got := time.Since(began); got != tt.want {
 				t.Errorf("charge at t+%v took %v, want %v", tt.at, got, tt.want)
+			}
+		}
+	})
+}
+
+// Flapping is five scheduled hang windows: 2 s hung, 2 s healthy, five times. A charge sent
+// into a window waits for its end; one sent between windows is answered at once.
+func TestFaultFlapping(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		sim := setup(t, 0)
+		for i := range 5 {
+			addFault(t, sim, fmt.Sprintf(`{"hang":true,"start_in":"%ds","duration":"2s"}`, 4*i))
+		}
+		start := time.Now()
+		for i, at := range []time.Duration{500 * time.Millisecond, 2500 * time.Millisecond, 16500 * time.Millisecond, 18500 * time.Millisecond} {
+			time.Sleep(at - time.Since(start))
+			postCharge(t, sim, "k"+strconv.Itoa(i), validBody)
+			// Hung charges are answered at the window's end, once the hang has been rechecked.
+			want := at
+			if at%(4*time.Second) < 2*time.Second {
+				want = at.Truncate(4*time.Second) + 2*time.Second
+			}
+			if got := time.Since(start); got < want || got > want+hangRecheck {
+				t.Errorf("charge sent at t+%v answered at t+%v, want t+%v", at, got, want)
 			}
 		}
 	})
@@ -154,6 +244,13 @@ func TestAdminFaultValidation(t *testing.T) {
 		`{"latency":10}`,
 		`{"error_rate":1.5}`,
 		`{"capacity":-1}`,
+		`{"error_status":503}`,
+		`{"error_rate":1,"error_status":429}`,
+		`{"latency_sigma":0.5}`,
+		`{"latency_median":"100ms","latency_sigma":4}`,
+		`{"latency_median":"100ms","latency_cap":"100ms"}`,
+		`{"latency_factor":0.5}`,
+		`{"rate_limit":-1}`,
 		`{"down":true,"start_in":"-1s"}`,
 		`{"down":true,"typo":1}`,
 		`{"down":true}{}`,

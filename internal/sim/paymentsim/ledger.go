@@ -62,6 +62,9 @@ type Stats struct {
 	ChargesOverCapacity int `json:"charges_over_capacity"`
 	// Capacity is Config.Capacity, 0 for unlimited.
 	Capacity int `json:"capacity"`
+	// RateLimited counts the charge requests answered 429 by the rate limit, since start or
+	// reset; they charged nothing.
+	RateLimited int `json:"rate_limited"`
 }
 
 // ledger is the provider's memory: the idempotency keys (a bounded cache, as at a real

@@ -52,7 +52,7 @@ func (s *Simulator) serveLookup(w http.ResponseWriter, r *http.Request, fault Fa
 	}
 	// Unlike a charge, a lookup changes nothing: there is no reason to finish one whose
 	// client has gone.
-	simulator.Sleep(r.Context(), s.latency()+time.Duration(fault.Latency))
+	simulator.Sleep(r.Context(), s.latency(fault)+time.Duration(fault.Latency))
 	if r.Context().Err() != nil {
 		return simulator.OutcomeAbandoned
 	}
@@ -105,7 +105,7 @@ func (s *Simulator) serveList(w http.ResponseWriter, r *http.Request, fault Faul
 		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "starting_after must be a charge id")
 		return simulator.OutcomeInvalid
 	}
-	simulator.Sleep(r.Context(), s.latency()+time.Duration(fault.Latency))
+	simulator.Sleep(r.Context(), s.latency(fault)+time.Duration(fault.Latency))
 	if r.Context().Err() != nil {
 		return simulator.OutcomeAbandoned
 	}

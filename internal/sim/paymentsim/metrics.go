@@ -20,7 +20,8 @@ const (
 	outcomeMismatch         outcome = "mismatch"
 	outcomeRefused          outcome = "refused"
 	outcomeResetAfterCharge outcome = "reset_after_charge"
-	outcomeFound            outcome = "found" // a lookup answered 200, with or without charges
+	outcomeRateLimited      outcome = "rate_limited" // answered 429 by the rate limit
+	outcomeFound            outcome = "found"        // a lookup answered 200, with or without charges
 )
 
 // metrics are the charge request metrics every simulator has, and the lookups and the

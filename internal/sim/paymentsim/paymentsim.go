@@ -4,8 +4,9 @@
 // real provider does: a bounded Idempotency-Key cache, replays of finished requests, a record
 // of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
 // latency that grows once more charges arrive than it has capacity for (see scaledLatency),
-// and charges that complete even when the caller has already given up. Faults (latency,
-// errors, hangs, outages, refused connections, lost responses, reduced capacity) can be
+// an optional rate limit (see chargeLimiter), and charges that complete even when the caller
+// has already given up. Faults (latency, latency distributions, brownouts, errors, hangs,
+// outages, refused connections, lost responses, reduced capacity, rate limits) can be
 // switched on, or scheduled, at runtime through an admin API, so the demo, the experiment and
 // the tests can break the provider on purpose and watch checkout cope.
 //
@@ -54,10 +55,19 @@ type Config struct {
 	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
 	// is raised to it, so a charge is never forgotten before its key.
 	ChargeCap int
+	// LatencySigma, when positive, makes each charge's processing time log-normal with median
+	// Latency and this σ (at most MaxLatencySigma; see logNormal), instead of Latency ±
+	// Jitter. LatencyCap truncates it (see logNormal.quantile); zero means no cap.
+	LatencySigma float64
+	LatencyCap   time.Duration
 	// Capacity is how many charges the provider processes at full speed at once; beyond it
 	// every charge slows down with the queue (see scaledLatency). Zero means unlimited, which
 	// tests rely on; the binary's default is DefaultCapacity. A "capacity" fault overrides it.
 	Capacity int
+	// RateLimit is how many charges a second the provider accepts; above it a charge is
+	// answered 429 with Retry-After (see chargeLimiter). Zero, the default, means no limit. A
+	// "rate_limit" fault overrides it.
+	RateLimit int
 	// AdminToken, when set, must be sent as "Authorization: Bearer <token>" to the admin API.
 	AdminToken string
 	// Logger receives one line per fault change; nil discards.
@@ -73,6 +83,7 @@ type Simulator struct {
 	srv      *simulator.Server[Fault]
 	ledger   *ledger
 	inflight *inflight
+	limiter  chargeLimiter
 	// processing counts the charges in the capacity model's workers (see scaledLatency).
 	processing atomic.Int64
 	metrics    *metrics
@@ -123,13 +134,15 @@ func (s *Simulator) Stats() Stats {
 	st.InFlight, st.MaxInFlight, st.MaxInFlightDuringFault = s.inflight.counts()
 	st.ChargesDuringFault, st.ChargesProcessed, st.ChargesOverCapacity, st.LookupsDuringFault = s.inflight.arrivals()
 	st.Capacity = s.cfg.Capacity
+	st.RateLimited = s.limiter.refusals()
 	return st
 }
 
-// Reset forgets every idempotency key and charge and restarts the max in-flight counts and
-// the arrival counts, so
-// experiments can be repeated on a clean provider. Faults are left as they are.
+// Reset forgets every idempotency key and charge and restarts the max in-flight counts, the
+// arrival counts and the rate limit's bucket, so experiments can be repeated on a clean
+// provider. Faults are left as they are.
 func (s *Simulator) Reset() {
 	s.ledger.reset()
 	s.inflight.resetMax()
+	s.limiter.reset()
 }

@@ -48,13 +48,21 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // ErrorBody is the error body both protocols use,
 // {"error":{"type":…,"message":…}}.
 func ErrorBody(typ, message string) any {
+	return CodedErrorBody(typ, "", message)
+}
+
+// CodedErrorBody is ErrorBody with a "code" beside the type, the finer
+// reason Stripe gives within a type (such as "rate_limit" within
+// "invalid_request_error"); an empty code is left out.
+func CodedErrorBody(typ, code, message string) any {
 	type detail struct {
 		Type    string `json:"type"`
+		Code    string `json:"code,omitempty"`
 		Message string `json:"message"`
 	}
 	return struct {
 		Error detail `json:"error"`
-	}{detail{typ, message}}
+	}{detail{typ, code, message}}
 }
 
 // WriteError answers status with ErrorBody(typ, message).
