@@ -121,10 +121,10 @@ func Audit(ev Evidence) Report {
 		case RequestReplay:
 			r.auditReplay(x, bySeq[x.Of])
 		case RequestMismatch:
-			switch x.Status {
-			case http.StatusUnprocessableEntity:
+			switch {
+			case x.Status == http.StatusUnprocessableEntity:
 				r.Mismatches422++
-			case 0, http.StatusServiceUnavailable:
+			case unanswered(x):
 				r.ReplaysUnavailable++
 			default:
 				r.violate("exchange %d: key %s reused with another body answered %d, want 422: %s", x.Seq, x.Key, x.Status, x.Answer)
@@ -156,13 +156,24 @@ func Audit(ev Evidence) Report {
 	return r
 }
 
+// unanswered reports whether x promised nothing about its key: no answer,
+// a 503 (the database was unavailable to this request) or a 504 (the
+// database failed before saying whether an order is stored: the client
+// learns it by retrying with the same key).
+func unanswered(x Exchange) bool {
+	switch x.Status {
+	case 0, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
 // auditRetry checks a client's retry of a key whose first request got no
 // answer or a 503: it may resume the order, replay the answer a request
 // that outlived its client stored, still find the key in progress (409), or
 // meet the outage again.
 func (r *Report) auditRetry(x, first Exchange, orders map[string]Order) {
-	switch x.Status {
-	case 0, http.StatusServiceUnavailable, http.StatusConflict:
+	if unanswered(x) || x.Status == http.StatusConflict {
 		r.RetriesUnanswered++
 		return
 	}
@@ -177,7 +188,7 @@ func (r *Report) auditFirst(x Exchange, decline bool, orders map[string]Order) {
 	if x.Replayed {
 		r.violate("exchange %d: the first request for key %s was answered as a replay", x.Seq, x.Key)
 	}
-	if x.Status == 0 || x.Status == http.StatusServiceUnavailable {
+	if unanswered(x) {
 		return // nothing promised: an order it may have left is audited with the rest
 	}
 	r.answered(x, decline, orders)
@@ -245,7 +256,7 @@ func (r *Report) auditReplay(x, first Exchange) {
 	crashed := x.Crashes > first.Crashes
 	unrecorded := first.Status == http.StatusAccepted && answerStatus(first.Answer) == "pending"
 	switch {
-	case x.Status == 0, x.Status == http.StatusServiceUnavailable, (crashed || unrecorded) && x.Status == http.StatusConflict:
+	case unanswered(x), (crashed || unrecorded) && x.Status == http.StatusConflict:
 		r.ReplaysUnavailable++
 		return
 	case unrecorded:

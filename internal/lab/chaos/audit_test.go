@@ -58,6 +58,21 @@ func TestAuditPassesACleanSoak(t *testing.T) {
 	}
 }
 
+// TestAuditTakesA504AsNoAnswer: a 504 outcome-unknown (the database failed
+// before saying whether an order is stored) promises nothing, as a 503 or
+// no answer: not for a new key, a replay, a retry or a key reused with
+// another body.
+func TestAuditTakesA504AsNoAnswer(t *testing.T) {
+	t.Parallel()
+	for _, seq := range []int{3, 4, 5, 6} {
+		ev := evidence()
+		ev.Exchanges[seq].Status, ev.Exchanges[seq].Answer = 504, []byte(`{"type":"urn:problem-type:checkout:outcome-unknown","status":504}`)
+		if r := Audit(ev); !r.OK() {
+			t.Errorf("exchange %d answered 504: violations %q, want none", seq, r.Violations)
+		}
+	}
+}
+
 // TestAuditFindsEachViolation breaks one fact of the clean soak at a time;
 // the audit must name it.
 func TestAuditFindsEachViolation(t *testing.T) {
