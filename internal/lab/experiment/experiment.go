@@ -319,11 +319,16 @@ type faultTimes struct {
 // windows returns how many times the fault comes.
 func (s faultTimes) windows() int { return max(s.repeat, 1) }
 
+// window returns when the k-th window (from 0) begins and ends.
+func (s faultTimes) window(k int) (from, to time.Duration) {
+	from = s.start + time.Duration(k)*s.every
+	return from, from + s.length
+}
+
 // contains reports whether offset at falls in one of the windows.
 func (s faultTimes) contains(at time.Duration) bool {
 	for k := range s.windows() {
-		from := s.start + time.Duration(k)*s.every
-		if at >= from && at < from+s.length {
+		if from, to := s.window(k); at >= from && at < to {
 			return true
 		}
 	}
@@ -332,7 +337,8 @@ func (s faultTimes) contains(at time.Duration) bool {
 
 // end is when the last window ends.
 func (s faultTimes) end() time.Duration {
-	return s.start + time.Duration(s.windows()-1)*s.every + s.length
+	_, to := s.window(s.windows() - 1)
+	return to
 }
 
 // lead is how far ahead of t=0 the fault is scheduled and the breaker watch starts, so the

@@ -6,7 +6,6 @@ import (
 	"html"
 	"io"
 	"strings"
-	"time"
 )
 
 // WriteRecoverySVG draws a run's Recovery second by second, drain included, in three panels
@@ -36,8 +35,7 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 		r.Name(), rec.Backlog, paidCell(rec.BacklogPaid), seconds(rec.IdealDrain))
 	fmt.Fprintf(&b, `<text x="%.0f" y="24" font-size="15">%s</text>`+"\n", left, html.EscapeString(title))
 
-	faultFrom := time.Duration(r.Scenario.OutageStart).Seconds()
-	faultTo := faultFrom + time.Duration(r.Scenario.OutageFor).Seconds()
+	active := r.Scenario.active()
 	type series struct {
 		label, color, dash string
 		value              func(Second) int
@@ -72,8 +70,11 @@ func WriteRecoverySVG(w io.Writer, r Report) error {
 			}
 		}
 		y := func(v int) float64 { return y0 + panelH - panelH*float64(v)/float64(peak) }
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fdecea"/>`+"\n",
-			x(faultFrom), y0, x(min(faultTo, end))-x(faultFrom), panelH)
+		for k := range active.windows() {
+			from, to := active.window(k)
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fdecea"/>`+"\n",
+				x(from.Seconds()), y0, x(min(to.Seconds(), end))-x(from.Seconds()), panelH)
+		}
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#000"/>`+"\n", left, y0+panelH, right, y0+panelH)
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#000"/>`+"\n", left, y0, left, y0+panelH)
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f">%s</text>`+"\n", left+6, y0+12, html.EscapeString(p.label))

@@ -57,6 +57,19 @@ func TestRecoverySVGIsWellFormedAndDrawsTheCapacity(t *testing.T) {
 	}
 }
 
+func TestRecoverySVGShadesEachFaultWindow(t *testing.T) {
+	t.Parallel()
+	r := recoveryReport()
+	r.Scenario.OutageFor, r.Scenario.Repeat, r.Scenario.RepeatEvery = Millis(2*time.Second), 5, Millis(4*time.Second)
+	var buf bytes.Buffer
+	if err := WriteRecoverySVG(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(buf.String(), `fill="#fdecea"`); got != 15 {
+		t.Errorf("%d shaded fault windows, want 15: five windows in each of three panels", got)
+	}
+}
+
 func TestRunNotesGiveTheRecoveryFigures(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer

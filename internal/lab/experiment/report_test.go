@@ -120,6 +120,9 @@ func TestWriteSVG(t *testing.T) {
 	withoutBreaker.Label, withoutBreaker.Breaker, withoutBreaker.Limit = `none <"&">`, Breaker{}, Limit{}
 	ramp := withBreaker
 	ramp.Scenario.Rate, ramp.Scenario.RateTo, ramp.Scenario.Fault = 10, 80, FaultNone
+	flapping := withBreaker
+	flapping.Scenario.Fault, flapping.Scenario.OutageFor = FaultHang, Millis(time.Second)
+	flapping.Scenario.Repeat, flapping.Scenario.RepeatEvery = 3, Millis(2*time.Second)
 	tests := []struct {
 		name       string
 		report     Report
@@ -131,6 +134,7 @@ func TestWriteSVG(t *testing.T) {
 		{"protected", withBreaker, 4, 1, true, "protected, 20 req/s — provider +10s latency from 500ms for 3s"},
 		{"label needing escapes, no breaker", withoutBreaker, 0, 1, false, `none <"&">, 20 req/s — provider +10s latency from 500ms for 3s`},
 		{"ramp, no fault", ramp, 4, 0, true, "protected, 10→80 req/s — provider healthy throughout"},
+		{"flapping, a band per window", flapping, 4, 3, true, "protected, 20 req/s — provider hang from 500ms for 1s, 3 times every 2s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -152,7 +152,7 @@ func (s *simulator) scheduleFault(ctx context.Context, cfg Config, start time.Ti
 	}
 	active := cfg.active()
 	for k := range active.windows() {
-		from := active.start + time.Duration(k)*active.every
+		from, _ := active.window(k)
 		w.StartIn = max(time.Until(start.Add(from)), 0).String()
 		if err := s.do(ctx, http.MethodPost, "/admin/faults", w, nil); err != nil {
 			return err

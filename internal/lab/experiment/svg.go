@@ -57,7 +57,7 @@ const staleColor = "#d81b60"
 type timeline struct {
 	Width, Height, Left, Right, Top, Bottom, PlotHeight, TickEnd float64
 	Title                                                        string
-	Outage                                                       span
+	Outages                                                      []span // a window each, the first labelled
 	OutageLabelY                                                 float64
 	Band                                                         []span
 	BandY, BandHeight, BandLabelX, BandTextY                     float64
@@ -124,10 +124,16 @@ func newTimeline(r Report) timeline {
 		XLabelX:      (plotLeft + plotRight) / 2, XLabelY: svgHeight - 8, YLabelY: (plotTop + plotBottom) / 2,
 		LegendX: legendX,
 	}
-	outageFrom := time.Duration(sc.OutageStart)
-	outageTo := min(outageFrom+time.Duration(sc.OutageFor), end)
 	if sc.Fault != FaultNone {
-		tl.Outage = span{X: x(outageFrom), W: x(outageTo) - x(outageFrom), Label: sc.dependency() + " " + fault(sc)}
+		active := sc.active()
+		for k := range active.windows() {
+			from, to := active.window(k)
+			o := span{X: x(from), W: x(min(to, end)) - x(from)}
+			if k == 0 {
+				o.Label = sc.dependency() + " " + fault(sc)
+			}
+			tl.Outages = append(tl.Outages, o)
+		}
 	}
 	tl.Band, tl.BandNote = band(r.Breaker, sc.target(), end, x)
 
