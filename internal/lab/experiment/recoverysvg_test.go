@@ -47,11 +47,7 @@ func TestRecoverySVGIsWellFormedAndDrawsTheCapacity(t *testing.T) {
 	if polylines != 3 {
 		t.Errorf("%d polylines, want 3 (backlog, charges begun, in flight)", polylines)
 	}
-	for _, want := range []string{"capacity 16", "backlog 600", "5.80 s", "ideal 4.60 s"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("SVG lacks %q", want)
-		}
-	}
+	wantAll(t, "SVG", buf.String(), "capacity 16", "backlog 600", "5.80 s", "ideal 4.60 s")
 	if err := WriteRecoverySVG(io.Discard, Report{}); err == nil {
 		t.Error("a report without recovery figures was drawn")
 	}
@@ -76,13 +72,10 @@ func TestRunNotesGiveTheRecoveryFigures(t *testing.T) {
 	if err := WriteMarkdown(&buf, recoveryReport()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"5 charges and 1 lookup sent into it",
+	wantAll(t, "notes", buf.String(), "5 charges and 1 lookup sent into it",
 		"9 of 10 orders sent from 5.00 s after it answered 201 (90 %)", "Backlog: 600 orders, paid 5.80 s after it (ideal 4.60 s",
-		"10 of 200 charges (5.0 %) began above the provider's capacity of 16"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("notes lack %q:\n%s", want, buf.String())
-		}
-	}
+		"10 of 200 charges (5.0 %) began above the provider's capacity of 16",
+	)
 }
 
 // workersReport is recoveryReport with the workers sampled: limit 1 while the fault lasts,
@@ -111,11 +104,7 @@ func TestTheWorkersAreDrawnAndReportedWhereSampled(t *testing.T) {
 	if n := strings.Count(svg.String(), "<polyline"); n != 7 {
 		t.Errorf("%d polylines, want 7 (backlog, charges begun, in flight, and the workers' slots and limit in two pieces each)", n)
 	}
-	for _, want := range []string{"workers&#39; slots taken", "workers&#39; limit"} {
-		if !strings.Contains(svg.String(), want) {
-			t.Errorf("SVG lacks %q", want)
-		}
-	}
+	wantAll(t, "SVG", svg.String(), "workers&#39; slots taken", "workers&#39; limit")
 	svg.Reset()
 	if err := WriteRecoverySVG(&svg, recoveryReport()); err != nil {
 		t.Fatal(err)

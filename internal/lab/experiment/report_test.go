@@ -77,18 +77,14 @@ func TestWriteMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := b.String()
-	for _, want := range []string{
+	wantAll(t, "markdown", got,
 		"| protected, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 4 / 6 | opened at 1.15 s | 1–6 | 4 | 5 | 0 | 0 | 0 |\n",
 		"| none, 20 req/s | 1/2 (1×timeout) | 2.0 ms / 2000 ms | 2×202, 1×timeout | 550 ms / 3000 ms | 2×201 | 0 / 0 | none | none | 3 | 0 | 2 | 1 | 1 |\n",
 		"| protected, 10→80 req/s |",
 		"- **protected, 10→80 req/s**: breaker closed→open at 1.15 s, open→half-open at 2.26 s, half-open→closed at 4.05 s. Provider healthy throughout; load went out at most 3.0 ms late.\n",
 		"- **protected, 20 req/s**: breaker closed→open at 1.15 s, open→half-open at 2.26 s, half-open→closed at 4.05 s. Provider +10s latency from 500ms for 3s; load went out at most 3.0 ms late.\n",
 		"**Not drained** after 60.00 s: 2 orders still pending",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("markdown lacks %q; got:\n%s", want, got)
-		}
-	}
+	)
 	if rows := strings.Count(got, "\n|"); rows != 4 {
 		t.Errorf("table has %d rows after the header, want 4 (separator and three runs)", rows)
 	}
@@ -254,17 +250,13 @@ func TestWriteMarkdownCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := b.String()
-	for _, want := range []string{
+	wantAll(t, "markdown", got,
 		// The payment run keeps its own table.
 		"| protected, 20 req/s | 1/2 (1×timeout) |",
 		"| run | catalog | checkout outcomes (outage) | checkout outcomes (rest) | marked stale (outage / run) | 5xx (outage / run) | 503 with / without Retry-After (run) |",
 		"| TTL 2s, 20 req/s | down from 5s for 10s | 2×201, 2×503, 1×202 | 2×201, 1×503 | 2 / 3 | 2 / 3 | 2 / 1 | 204 ms / 206 ms | 0/1 | 2.0 ms | opened at 6.45 s | 2 hit, 1 miss, 3 stale, 3 unavailable | 5 | 0 |\n",
 		"- **TTL 2s, 20 req/s**: breaker closed→open at 6.45 s, open→closed at 19.55 s. Catalog down from 5s for 10s; load went out at most 2.0 ms late.\n",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("markdown lacks %q; got:\n%s", want, got)
-		}
-	}
+	)
 	if n := strings.Count(got, "| run |"); n != 2 {
 		t.Errorf("%d tables, want 2: one for the payment run, one for the catalog run", n)
 	}
@@ -326,11 +318,7 @@ func TestWriteSVGCatalog(t *testing.T) {
 	if n := strings.Count(doc, `stroke="`+staleColor+`" stroke-width`); n != 3 {
 		t.Errorf("%d dots ringed as stale, want 3", n)
 	}
-	for _, want := range []string{">prices stale (3)<", ">catalog down<", ">catalog limit (1–4)<", "Retry-After 3", "prices stale</title>"} {
-		if !strings.Contains(doc, want) {
-			t.Errorf("SVG lacks %q", want)
-		}
-	}
+	wantAll(t, "SVG", doc, ">prices stale (3)<", ">catalog down<", ">catalog limit (1–4)<", "Retry-After 3", "prices stale</title>")
 	// A payment run has no stale answers, and no legend entry for them.
 	var p bytes.Buffer
 	if err := WriteSVG(&p, sampleReport(t)); err != nil {
@@ -338,5 +326,20 @@ func TestWriteSVGCatalog(t *testing.T) {
 	}
 	if strings.Contains(p.String(), "prices stale") || !strings.Contains(p.String(), ">provider +10s latency<") {
 		t.Error("payment run's SVG: want no stale legend and a provider fault label")
+	}
+}
+
+// wantAll reports each of wants that got, the text of what (markdown, an SVG…), lacks.
+func wantAll(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	missing := false
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q", what, want)
+			missing = true
+		}
+	}
+	if missing {
+		t.Logf("the %s:\n%s", what, got)
 	}
 }
