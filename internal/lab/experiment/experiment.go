@@ -3,7 +3,8 @@
 // scripts a fault through a simulator's admin API — the payment provider's (paymentsim) or the
 // product catalog's (catalogsim) — follows the faulted dependency's breaker and concurrency
 // limit through checkout's /metrics, then waits for the worker to drain the deferred orders and
-// audits Postgres and the provider's ledger.
+// audits Postgres and the provider's ledger. NewMatrix and WriteMatrix condense the runs of
+// the scenario matrix (scripts/experiment-matrix) into its one table.
 //
 // A run whose own load generator fell behind schedule is refused with a *ScheduleError: late
 // requests would measure the tool, not the service, and would hide a cascade by sending less
