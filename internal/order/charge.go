@@ -11,9 +11,10 @@ import (
 // internal/orderpayment adapts the protected payment client to, so this package
 // knows no HTTP. The API and the worker each have their own.
 type Payer interface {
-	// Charge charges req once. Its errors carry ErrDeclined, ErrRejected
-	// or ErrRefused (errors.Is) when they mean that; any other error is
-	// an unknown outcome: the provider may or may not hold the charge.
+	// Charge charges req once. Its errors carry ErrDeclined, ErrRejected,
+	// ErrRefused, ErrInProgress or ErrThrottled (errors.Is) when they mean
+	// that; any other error is an unknown outcome: the provider may or may
+	// not hold the charge.
 	Charge(ctx context.Context, req ChargeRequest) (Receipt, error)
 	// FindCharges asks the provider which successful charges it holds for
 	// a reference (the lookup), oldest first. It answers from the
@@ -58,7 +59,34 @@ var (
 	// for the order (under the same key); the outcome is unknown until it
 	// is done, and the next attempt after that replays it.
 	ErrInProgress = errors.New("an earlier charge attempt is still in progress at the provider")
+	// ErrThrottled: the provider refused the call over its rate limit
+	// (429) before processing it, and said when to come back
+	// (ThrottledError). That attempt charged nothing, but an earlier one's
+	// outcome stays as unknown as it was: it settles nothing, and the
+	// order is charged again under the same key once the wait is over.
+	ErrThrottled = errors.New("provider call over the provider's rate limit")
 )
+
+// ThrottledError is ErrThrottled with the wait the provider asked for.
+type ThrottledError struct {
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *ThrottledError) Error() string        { return ErrThrottled.Error() + ": " + e.Err.Error() }
+func (e *ThrottledError) Unwrap() error        { return e.Err }
+func (e *ThrottledError) Is(target error) bool { return target == ErrThrottled }
+
+// RetryAfterOf returns how long err, a Payer's error, asks the caller to
+// wait before the order's next charge attempt: the provider's Retry-After
+// of a ThrottledError (ok true), else 0 and false.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	e, ok := errors.AsType[*ThrottledError](err)
+	if !ok {
+		return 0, false
+	}
+	return e.RetryAfter, true
+}
 
 // Settlement is a transition of an unsettled order to a new status.
 type Settlement struct {
@@ -86,8 +114,10 @@ func chargeRequest(o Order) ChargeRequest {
 //   - the provider rejected our request itself (400/422: a bug on our side,
 //     retrying cannot help) → payment_failed / provider_rejected;
 //   - anything else (unavailable, timed out, refused by the breaker or the
-//     concurrency limit, ambiguous) → no settlement (ok false) and the
-//     error: the caller defers the order (API) or tries again later (worker).
+//     concurrency limit, over the provider's rate limit, ambiguous) → no
+//     settlement (ok false) and the error: the caller defers the order (API)
+//     or tries again later (worker), after the provider's Retry-After when
+//     it sent one (RetryAfterOf).
 func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err error) {
 	receipt, err := p.Charge(ctx, chargeRequest(o))
 	switch {

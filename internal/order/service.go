@@ -374,7 +374,7 @@ func (s *Service) charge(ctx context.Context, p placement) (Placed, error) {
 		s.log.WarnContext(ctx, "payment deferred to the worker", "order_id", p.order.ID, "err", err)
 		trace.SpanFromContext(ctx).AddEvent("payment deferred", trace.WithAttributes(
 			attribute.String("order.id", p.order.ID.String()), attribute.String("error", err.Error())))
-		return s.deferOrder(ctx, p)
+		return s.deferOrder(ctx, p, s.deferDelay(err))
 	}
 	// No fallback: the order stays pending and the worker's sweep charges
 	// it. Free the key so a client retry resumes right away.
@@ -435,12 +435,12 @@ func (s *Service) stored(ctx context.Context, p placement, err error) (Placed, e
 }
 
 // deferOrder is step 3 without an outcome: the order becomes
-// pending_payment and gets its charge job, due when the breaker will next
-// let a probe through, in one transaction — the answer 202 is only given
-// once the job that keeps its promise exists. A job already live for the
-// order (the sweep's, for a request that outlived its lock) is kept.
-func (s *Service) deferOrder(ctx context.Context, p placement) (Placed, error) {
-	res := Placed{RetryAfter: s.probeDelay()}
+// pending_payment and gets its charge job, due after wait (deferDelay), in
+// one transaction — the answer 202 is only given once the job that keeps
+// its promise exists. A job already live for the order (the sweep's, for a
+// request that outlived its lock) is kept.
+func (s *Service) deferOrder(ctx context.Context, p placement, wait time.Duration) (Placed, error) {
+	res := Placed{RetryAfter: wait}
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, answered, _, err := settle(ctx, tx, p.order, Settlement{Status: StatusPendingPayment}, true)
 		if err != nil {
@@ -458,11 +458,15 @@ func (s *Service) deferOrder(ctx context.Context, p placement) (Placed, error) {
 	return res, nil
 }
 
-// probeDelay is when a deferred order's job should run: once the breaker
-// lets a probe through, plus jitter so a burst of deferred orders does not
-// become a burst of worker calls.
-func (s *Service) probeDelay() time.Duration {
+// deferDelay is when the job of an order deferred on err should run: once
+// the breaker lets a probe through and, after a 429, once the provider's
+// Retry-After has passed (ErrThrottled), plus jitter so a burst of deferred
+// orders does not become a burst of worker calls.
+func (s *Service) deferDelay(err error) time.Duration {
 	wait := max(s.payer.RetryAfter(), 500*time.Millisecond)
+	if throttled, ok := RetryAfterOf(err); ok {
+		wait = max(wait, throttled)
+	}
 	return wait + rand.N(wait/2+1)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
+	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/sim/paymentsim/simtest"
 )
 
@@ -258,5 +259,48 @@ func TestMayCharge(t *testing.T) {
 		if got := order.MayCharge(o, 24*time.Hour, created.Add(tt.age)); got != tt.want {
 			t.Errorf("MayCharge(order %v old, 24h retention) = %v, want %v", tt.age, got, tt.want)
 		}
+	}
+}
+
+// TestPlaceDefersAThrottledChargeUntilRetryAfter: a provider over its rate
+// limit (429 + Retry-After) charged nothing and is not failing. The order
+// is deferred (202) with its job due after the provider's Retry-After, not
+// after the breaker's half second; the call is not retried into the same
+// limit, and the breaker stays closed.
+func TestPlaceDefersAThrottledChargeUntilRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := &serviceBundle{db: dbtest.Pool(t), sim: simtest.StartConfig(t, paymentsim.Config{RateLimit: 1})}
+	client, err := payment.NewProtectedClient("payment", b.sim.URL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.svc = serviceOn(t, b.db, orderpayment.New(client), order.DefaultConfig())
+	ctx := context.Background()
+
+	if first, err := b.svc.Place(ctx, "k-first", placeRequest("pm_card_visa")); err != nil || first.Order.Status != order.StatusPaid {
+		t.Fatalf("first order: %+v, %v; want paid with the bucket's one token", first.Order, err)
+	}
+	placed, err := b.svc.Place(ctx, "k-throttled", placeRequest("pm_card_visa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if placed.Order.Status != order.StatusPendingPayment || placed.RetryAfter < time.Second {
+		t.Errorf("Place = %s, polling hint %v; want pending_payment, at least the provider's Retry-After of 1s", placed.Order.Status, placed.RetryAfter)
+	}
+	var due time.Duration
+	err = b.db.QueryRow(ctx, `SELECT extract(epoch FROM scheduled_at - $2::timestamptz) * interval '1 second' FROM river_job
+		WHERE kind = 'charge_order' AND args->>'order_id' = $1 AND state = 'scheduled'`,
+		placed.Order.ID.String(), placed.Order.UpdatedAt).Scan(&due)
+	if err != nil {
+		t.Fatalf("the deferred order's scheduled job: %v", err)
+	}
+	if due < time.Second {
+		t.Errorf("job due %v after the deferral, want at least the provider's Retry-After of 1s", due)
+	}
+	if st := b.sim.Stats(t); st.RateLimited != 1 || st.TotalCharges != 1 {
+		t.Errorf("provider: %d answered 429, %d charged; want 1 and 1 (no retry into the limit)", st.RateLimited, st.TotalCharges)
+	}
+	if got := client.Policy().State(); got != resilience.StateClosed {
+		t.Errorf("breaker %v, want closed: a 429 is no provider failure", got)
 	}
 }

@@ -67,5 +67,8 @@ func kind(err error) error {
 	case payment.IsInProgress(err):
 		return fmt.Errorf("%w: %w", order.ErrInProgress, err)
 	}
+	if wait, ok := payment.RetryAfterOf(err); ok {
+		return &order.ThrottledError{RetryAfter: wait, Err: err}
+	}
 	return err
 }

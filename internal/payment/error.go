@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // The kinds of failure. Every error from Charge and FindCharges matches exactly one with
@@ -20,9 +22,10 @@ var (
 	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
 	// connection error, unreadable response), or answered with a charge that is not the
 	// one requested (ReceiptMismatchError). The outcome is not final: retrying with the same
-	// key is safe and may succeed, and it counts as a breaker failure (except a 409, see
-	// Classify); the provider may hold a charge, which FindCharges can tell. A caller's own cancellation is transient too;
-	// tell it apart with errors.Is(err, context.Canceled).
+	// key is safe and may succeed, and it counts as a breaker failure (except a 409 or a
+	// 429, see Classify); the provider may hold a charge, which FindCharges can tell. A
+	// caller's own cancellation is transient too; tell it apart with
+	// errors.Is(err, context.Canceled).
 	ErrTransient = errors.New("payment provider unavailable")
 )
 
@@ -58,6 +61,9 @@ type Error struct {
 	Message string
 	// Err is the underlying cause, such as a network error or context.DeadlineExceeded.
 	Err error
+	// RetryAfter is when the provider asked to be called again, for a 429 (see
+	// RetryAfterOf); 0 otherwise.
+	RetryAfter time.Duration
 
 	lookup bool // the error of a lookup (FindCharges), not of a charge attempt
 }
@@ -91,10 +97,60 @@ func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
 // IsDeclined reports whether the provider declined the payment.
 func IsDeclined(err error) bool { return errors.Is(err, ErrDeclined) }
 
+// IsThrottled reports whether the provider answered 429: the call was over its rate limit.
+// The provider refused it before processing it, so that attempt charged nothing, and it said
+// when to come back (RetryAfterOf). It stays ErrTransient — the order is not charged yet, and
+// an earlier attempt's outcome stays as unknown as it was — but it is no sign of trouble.
+func IsThrottled(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.StatusCode == http.StatusTooManyRequests
+}
+
+// RetryAfterOf returns how long the provider asked the caller to wait before calling again,
+// and whether err is a 429 (IsThrottled) that says so: its Retry-After, or
+// DefaultThrottleWait when the answer carried none it could read.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	e, ok := errors.AsType[*Error](err)
+	if !ok || e.StatusCode != http.StatusTooManyRequests {
+		return 0, false
+	}
+	return e.RetryAfter, true
+}
+
+// How a 429's Retry-After is read (parseRetryAfter).
+const (
+	// DefaultThrottleWait is the wait after a 429 without a readable Retry-After: Stripe
+	// sends none and asks for exponential backoff from about a second.
+	DefaultThrottleWait = time.Second
+	// MaxThrottleWait caps a Retry-After: a provider's rate limit refills within seconds,
+	// and a wait of hours (a misconfigured proxy, a date far ahead) would park every order
+	// the header reached. A longer limit is met again and waited out again.
+	MaxThrottleWait = time.Minute
+)
+
+// parseRetryAfter reads a Retry-After header (RFC 9110, section 10.2.3): delay seconds or an
+// HTTP-date, relative to now. A missing, unreadable or past value gives DefaultThrottleWait;
+// anything longer than MaxThrottleWait is capped.
+func parseRetryAfter(h string, now time.Time) time.Duration {
+	var d time.Duration
+	if secs, err := strconv.ParseInt(h, 10, 64); err == nil && secs >= 0 {
+		d = time.Duration(min(secs, int64(MaxThrottleWait/time.Second))) * time.Second
+	} else if at, err := http.ParseTime(h); err == nil {
+		d = at.Sub(now)
+	}
+	if d <= 0 {
+		return DefaultThrottleWait
+	}
+	return min(d, MaxThrottleWait)
+}
+
 // newStatusError describes a non-2xx response of the given kind, with the provider's error
-// type and message when the body carries them.
-func newStatusError(kind error, status int, body []byte) *Error {
-	e := &Error{Kind: kind, StatusCode: status}
+// type and message when the body carries them, and a 429's Retry-After.
+func newStatusError(kind error, resp *http.Response, body []byte) *Error {
+	e := &Error{Kind: kind, StatusCode: resp.StatusCode}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
 	var b struct {
 		Error struct {
 			Type    string `json:"type"`

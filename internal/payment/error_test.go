@@ -31,7 +31,7 @@ func TestClassification(t *testing.T) {
 		{"redirect", http.StatusFound, ``, payment.ErrTransient},
 		{"unprocessable", http.StatusUnprocessableEntity, ``, payment.ErrPermanent},
 		{"conflict", http.StatusConflict, ``, payment.ErrTransient},
-		{"too many requests", http.StatusTooManyRequests, ``, payment.ErrTransient},
+		{"too many requests: throttled, not final for the order", http.StatusTooManyRequests, ``, payment.ErrTransient},
 		{"internal error", http.StatusInternalServerError, ``, payment.ErrTransient},
 		{"bad gateway HTML", http.StatusBadGateway, `<html>`, payment.ErrTransient},
 		{"unavailable", http.StatusServiceUnavailable, ``, payment.ErrTransient},

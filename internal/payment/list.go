@@ -70,7 +70,7 @@ func (c *Client) ListCharges(ctx context.Context, q ListQuery) (ChargePage, erro
 		return ChargePage{}, fmt.Errorf("list charges: %w", err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return ChargePage{}, fmt.Errorf("list charges: %w", newStatusError(lookupKindOf(resp.StatusCode), resp.StatusCode, body))
+		return ChargePage{}, fmt.Errorf("list charges: %w", newStatusError(lookupKindOf(resp.StatusCode), resp, body))
 	}
 	page, err := parseChargePage(resp.StatusCode, body)
 	if err != nil {

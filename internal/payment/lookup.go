@@ -68,7 +68,7 @@ func (c *Client) findCharges(ctx context.Context, orderID string) ([]Receipt, er
 		return nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, newStatusError(lookupKindOf(resp.StatusCode), resp.StatusCode, body)
+		return nil, newStatusError(lookupKindOf(resp.StatusCode), resp, body)
 	}
 	return parseCharges(resp.StatusCode, body, orderID)
 }

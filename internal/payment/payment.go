@@ -228,7 +228,7 @@ func (c *Client) charge(ctx context.Context, req ChargeRequest) (Receipt, error)
 		return Receipt{}, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return Receipt{}, newStatusError(kindOf(resp.StatusCode), resp.StatusCode, body)
+		return Receipt{}, newStatusError(kindOf(resp.StatusCode), resp, body)
 	}
 	return parseReceipt(resp, body, req)
 }

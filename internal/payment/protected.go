@@ -80,8 +80,9 @@ func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
 
 // Classify tells the resilience stack which errors are the provider's
 // trouble (transient: count against the breaker, retry) and which are final
-// answers for this call (declined, a request the provider rejected, or a
-// 409: another call with the same key is still in progress there).
+// answers for this call (declined, a request the provider rejected, a 409:
+// another call with the same key is still in progress there, or a 429: the
+// call was over the provider's rate limit).
 //
 // A 409 stays ErrTransient for the order — it is not charged yet, and may
 // be — but the provider answered it at once, so it says nothing against
@@ -89,8 +90,15 @@ func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
 // still in progress. Counting it as a failure would re-open the breaker
 // when the worker's recovery drain meets orders whose hung calls the
 // provider still holds.
+//
+// A 429 is the same for the breaker: the provider answered at once,
+// charged nothing and said when to come back (RetryAfterOf). Counting it
+// would open the breaker — which the fleet shares — while the provider is
+// healthy, deferring every live order with the backlog; retrying within
+// the call would meet the same limit. The caller waits for its Retry-After
+// instead. A lookup or a list answered 429 is classified alike.
 func Classify(err error) resilience.Class {
-	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) || IsInProgress(err) {
+	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) || IsInProgress(err) || IsThrottled(err) {
 		return resilience.Final
 	}
 	return resilience.Transient

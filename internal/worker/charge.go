@@ -31,6 +31,10 @@ import (
 //     any length never exhausts a job.
 //   - an earlier attempt still in progress at the provider (409): the job
 //     snoozes a second, and the next attempt replays that one's answer.
+//   - over the provider's rate limit (429): the job snoozes for the
+//     provider's Retry-After, using no attempt. That attempt charged
+//     nothing; an earlier one's unknown outcome stays unknown, and the next
+//     attempt under the same key replays it.
 //   - transient failure: the error goes back to River, which retries on
 //     NextRetry's schedule.
 //   - after GiveUpAfter attempts, or once the order is too old to charge
@@ -87,7 +91,7 @@ const (
 	jobDeclined       = "declined"
 	jobRejected       = "rejected"        // the provider refused the request itself (our bug)
 	jobAlreadySettled = "already_settled" // the API settled the order first
-	jobSnoozed        = "snoozed"         // breaker open or limit full
+	jobSnoozed        = "snoozed"         // breaker open, limit full, or over the provider's rate limit
 	jobRetried        = "retried"         // a failure River retries
 	jobResolved       = "resolved"        // settled paid from the provider's lookup
 	jobExhausted      = "exhausted"       // failed: the lookup says the provider holds no charge
@@ -213,6 +217,8 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 		return w.settle(ctx, job, o, to, outcome, order.Settle)
 	case errors.Is(err, order.ErrRefused):
 		return w.snooze(ctx, o, w.payer.RetryAfter())
+	case errors.Is(err, order.ErrThrottled):
+		return w.throttled(ctx, o, err)
 	case errors.Is(err, order.ErrInProgress):
 		// An earlier attempt — the API's, given up on during an outage —
 		// is still at the provider. Its answer is what this order waits
@@ -235,6 +241,9 @@ func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeA
 	to, err := order.Resolve(ctx, w.payer, o)
 	if errors.Is(err, order.ErrRefused) {
 		return w.snooze(ctx, o, w.payer.RetryAfter())
+	}
+	if errors.Is(err, order.ErrThrottled) {
+		return w.throttled(ctx, o, err)
 	}
 	if err != nil {
 		return fmt.Errorf("look up charges of order %s: %w", o.ID, err)
@@ -270,6 +279,15 @@ func (w *ChargeWorker) snooze(ctx context.Context, o order.Order, wait time.Dura
 	w.metrics.jobs.WithLabelValues(jobSnoozed).Inc()
 	w.log.DebugContext(ctx, "provider unavailable, snoozing charge", "order_id", o.ID, "snooze", wait)
 	return river.JobSnooze(wait)
+}
+
+// throttled snoozes the job of a call the provider answered 429 for as long
+// as its Retry-After asks, or the breaker's wait if that is longer: the
+// provider is healthy but busy, and an attempt used on it would bring the
+// lookup closer for nothing.
+func (w *ChargeWorker) throttled(ctx context.Context, o order.Order, err error) error {
+	wait, _ := order.RetryAfterOf(err)
+	return w.snooze(ctx, o, max(wait, w.payer.RetryAfter()))
 }
 
 // settle moves the order to its final state with apply (order.Settle, or

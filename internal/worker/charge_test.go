@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -611,5 +612,78 @@ func TestWorkerWaitsForAnAttemptStillInProgress(t *testing.T) {
 	}
 	if _, attempt := b.job(t, id); attempt != 1 {
 		t.Errorf("job attempt = %d, want 1: waiting for an attempt in progress must not use attempts", attempt)
+	}
+}
+
+// callTimes records when each order's charges were sent and what they met.
+type callTimes struct {
+	order.Payer
+	mu    sync.Mutex
+	calls map[string][]chargeCall
+}
+
+type chargeCall struct {
+	at        time.Time
+	throttled time.Duration // the Retry-After of a 429; 0 for any other answer
+}
+
+func (p *callTimes) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {
+	at := time.Now()
+	r, err := p.Payer.Charge(ctx, req)
+	wait, _ := order.RetryAfterOf(err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls[req.Reference] = append(p.calls[req.Reference], chargeCall{at: at, throttled: wait})
+	return r, err
+}
+
+// TestWorkerSnoozesAThrottledChargeForRetryAfter: a provider over its rate
+// limit answers 429 + Retry-After. A throttled job snoozes for the
+// Retry-After — its next charge comes no sooner — using no attempt, and its
+// order is charged later, once.
+func TestWorkerSnoozesAThrottledChargeForRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	b.sim = simtest.StartConfig(t, paymentsim.Config{RateLimit: 1})
+	cfg := resilience.DefaultConfig()
+	cfg.MaxAttempts = 1
+	b.payer = newPayer(t, b.sim.URL, cfg)
+	const n = 3
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = b.pendingOrder(t, "pm_card_visa", nil)
+	}
+	payer := &callTimes{Payer: b.payer, calls: map[string][]chargeCall{}}
+	b.start(t, payer)
+
+	for _, id := range ids {
+		if o := b.waitFor(t, id, 20*time.Second); o.Status != order.StatusPaid {
+			t.Errorf("order %s = %s, want paid", id, o.Status)
+		}
+		if _, attempt := b.job(t, id); attempt != 1 {
+			t.Errorf("order %s: job attempt = %d, want 1: waiting out a 429 uses no attempt", id, attempt)
+		}
+	}
+	st := b.sim.Stats(t)
+	if st.RateLimited == 0 {
+		t.Fatal("the provider answered no 429: the test limited nothing")
+	}
+	if st.TotalCharges != n || st.DuplicateReferences != 0 {
+		t.Errorf("provider: %d charges, %d references charged twice; want %d and 0", st.TotalCharges, st.DuplicateReferences, n)
+	}
+	payer.mu.Lock()
+	defer payer.mu.Unlock()
+	for ref, calls := range payer.calls {
+		for i, c := range calls[:len(calls)-1] {
+			if c.throttled == 0 {
+				t.Errorf("order %s, call %d: not throttled, yet followed by another", ref, i)
+			}
+			if gap := calls[i+1].at.Sub(c.at); gap < c.throttled {
+				t.Errorf("order %s: charged again %v after a 429 asking for %v", ref, gap, c.throttled)
+			}
+		}
+	}
+	if got := testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobSnoozed)); got == 0 {
+		t.Error("no job snoozed")
 	}
 }
