@@ -53,7 +53,9 @@ func (r *Reader) Mode() resilience.Mode {
 	return m
 }
 
-// lateFactor reads PAYMENT_LIMIT_LATE_FACTOR: 0 or 1 to 10. At 0 no call
+// lateFactor reads PAYMENT_LIMIT_LATE_FACTOR, the margin over the 99th
+// percentile of recent successful calls' latency past which a call in
+// flight is late: 0 or 1 to 10. At 0 no call
 // is late before the breaker's slow threshold: the adaptive limit then hears
 // of a congested call at the slow threshold, as the breaker does.
 func (r *Reader) lateFactor(d float64) float64 {

@@ -26,10 +26,11 @@
 // between [Config.LimitMin] and [Config.LimitMax], growing while healthy
 // calls press on it and halving on each congested one. It hears of a call
 // when the call is late, before the breaker's slow threshold: at the late
-// factor times the calls' moving average latency, never sooner than half the
-// threshold nor later than it (the threshold itself when there is no
-// average yet). So a hung dependency shrinks it before any call completes;
-// from 1.1 × the average until then, an overdue call holds new ones back, so
+// factor times the 99th percentile of recent successful calls' latency,
+// never sooner than half the threshold nor later than it (the threshold
+// itself before a few calls have succeeded). So a hung dependency shrinks
+// it before any call completes, while a healthy one's long tail does not;
+// from 1.1 × the percentile until then, an overdue call holds new ones back, so
 // they do not join it in a dependency that may be hanging. A call that
 // goes over a limit full of slots held for calls the dependency never
 // answered — the breaker's probe after a hang — may first ask a question

@@ -196,7 +196,7 @@ func TestAFleetProbeIsAProbeToo(t *testing.T) {
 
 // A probe the limit heard as late, but that answered before the breaker's
 // slow threshold, is an answer in time: the call follows and is the
-// verdict. A background limit (the worker's) is late at 1.2 × the average
+// verdict. A background limit (the worker's) is late at 1.2 × the 99th percentile
 // even while slots are held, so its probe can be late and still healthy.
 func TestALateProbeIsAnAnswerTheCallIsTheVerdict(t *testing.T) {
 	t.Parallel()
@@ -207,7 +207,7 @@ func TestALateProbeIsAnAnswerTheCallIsTheVerdict(t *testing.T) {
 			c.LimitInitial = 8
 			c.Background = true
 		})
-		for range 20 { // an average of 100 ms: late at 200 ms, slow at 400 ms
+		for range 20 { // a 99th percentile of 100 ms: late at 200 ms, slow at 400 ms
 			if _, err := Do(context.Background(), b.p, answersIn(100*time.Millisecond)); err != nil {
 				t.Fatal(err)
 			}
@@ -280,7 +280,7 @@ func TestRestartingTheClockLeavesNothingCounted(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name      string
-		after     time.Duration // with an average of 200 ms: overdue at 220, late at 240, slow at 400
+		after     time.Duration // with a 99th percentile of 200 ms: overdue at 220, late at 240, slow at 400
 		restarted bool
 	}{
 		{"running", 100 * time.Millisecond, true},
@@ -293,7 +293,7 @@ func TestRestartingTheClockLeavesNothingCounted(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := setup(t, func(c *Config) { c.MinCalls, c.WindowSize = 100, 100 }) // never trips
 				br := b.p.breaker
-				br.limit.latency.Store(int64(200 * time.Millisecond))
+				succeed(br.limit, 200*time.Millisecond, minTailSamples)
 				c, err := br.allow()
 				if err != nil {
 					t.Fatal(err)
