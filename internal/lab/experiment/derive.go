@@ -10,7 +10,8 @@ import (
 // Settings are payment protection settings (docs/operations.md lists them)
 // derived from a provider's latency rather than the demo's defaults, which are for a
 // provider answering in about 200 ms. The matrix's slow-provider row runs checkout and the
-// worker with them.
+// worker with them. The late-call point needs no setting: the adaptive limit takes it from
+// the 99th percentile of the calls it sees.
 type Settings struct {
 	// AttemptTimeout is the latency's p99.9: an attempt is given up on only when it is
 	// slower than all but one healthy call in a thousand.
@@ -20,9 +21,6 @@ type Settings struct {
 	SlowThreshold time.Duration
 	// Budget is the synchronous charge's deadline: one whole attempt.
 	Budget time.Duration
-	// LateFactor is p99 / mean: the adaptive limit takes a call for late, a sign of
-	// congestion, where the breaker takes it for slow.
-	LateFactor float64
 	// LimitMax is Little's law at the tail — rate × p99 — the most calls in flight when each
 	// takes as long as the p99; APIPool is the same, as every such request holds an API slot.
 	LimitMax int
@@ -33,7 +31,6 @@ type Settings struct {
 // median and σ, under rate requests per second.
 func DeriveSettings(median time.Duration, sigma, rate float64) Settings {
 	p99, p999 := LogNormalQuantile(median, sigma, 0.99), LogNormalQuantile(median, sigma, 0.999)
-	mean := float64(median) * math.Exp(sigma*sigma/2)
 	// Rounded up to 10 ms, so a setting is never below the quantile it stands for.
 	up := func(d time.Duration) time.Duration {
 		return (d + 10*time.Millisecond - 1).Truncate(10 * time.Millisecond)
@@ -43,7 +40,6 @@ func DeriveSettings(median time.Duration, sigma, rate float64) Settings {
 		AttemptTimeout: up(p999),
 		SlowThreshold:  up(p99),
 		Budget:         up(p999),
-		LateFactor:     math.Min(math.Round(100*float64(p99)/mean)/100, 10),
 		LimitMax:       inFlight,
 		APIPool:        inFlight,
 	}
@@ -55,7 +51,6 @@ func (s Settings) Env() []string {
 		"PAYMENT_ATTEMPT_TIMEOUT=" + s.AttemptTimeout.String(),
 		"BREAKER_SLOW_CALL_THRESHOLD=" + s.SlowThreshold.String(),
 		"PAYMENT_BUDGET=" + s.Budget.String(),
-		"PAYMENT_LIMIT_LATE_FACTOR=" + strconv.FormatFloat(s.LateFactor, 'f', -1, 64),
 		"PAYMENT_LIMIT_MAX=" + strconv.Itoa(s.LimitMax),
 		"API_POOL_SIZE=" + strconv.Itoa(s.APIPool),
 	}
@@ -65,9 +60,9 @@ func (s Settings) Env() []string {
 func (s Settings) Note(median time.Duration, sigma, rate float64) string {
 	return fmt.Sprintf("settings derived from the latency (log-normal, median %v, σ %s; a quantile is median · exp(z·σ)): "+
 		"PAYMENT_ATTEMPT_TIMEOUT = p99.9 = %v, BREAKER_SLOW_CALL_THRESHOLD = p99 = %v, PAYMENT_BUDGET = one attempt = %v, "+
-		"PAYMENT_LIMIT_LATE_FACTOR = p99 / mean = %s, PAYMENT_LIMIT_MAX = API_POOL_SIZE = rate × p99 = %s × %v = %d (Little's law at the tail)",
+		"PAYMENT_LIMIT_MAX = API_POOL_SIZE = rate × p99 = %s × %v = %d (Little's law at the tail)",
 		median, strconv.FormatFloat(sigma, 'f', -1, 64), s.AttemptTimeout, s.SlowThreshold, s.Budget,
-		strconv.FormatFloat(s.LateFactor, 'f', -1, 64), strconv.FormatFloat(rate, 'f', -1, 64), s.SlowThreshold, s.LimitMax)
+		strconv.FormatFloat(rate, 'f', -1, 64), s.SlowThreshold, s.LimitMax)
 }
 
 // LogNormalQuantile returns the p-quantile (0 < p < 1) of a log-normal latency of the given

@@ -141,8 +141,7 @@ func TestDeriveSettings(t *testing.T) {
 		AttemptTimeout: 2820 * time.Millisecond, // p99.9 2813 ms, rounded up
 		SlowThreshold:  1930 * time.Millisecond, // p99 1920.1 ms, rounded up
 		Budget:         2820 * time.Millisecond,
-		LateFactor:     2.82, // p99 / mean: exp(2.3263·0.5 − 0.5²/2)
-		LimitMax:       77,   // 40/s × 1.92 s
+		LimitMax:       77, // 40/s × 1.92 s
 		APIPool:        77,
 	}
 	if s != want {
@@ -150,7 +149,7 @@ func TestDeriveSettings(t *testing.T) {
 	}
 	env := strings.Join(s.Env(), " ")
 	for _, kv := range []string{"PAYMENT_ATTEMPT_TIMEOUT=2.82s", "BREAKER_SLOW_CALL_THRESHOLD=1.93s", "PAYMENT_BUDGET=2.82s",
-		"PAYMENT_LIMIT_LATE_FACTOR=2.82", "PAYMENT_LIMIT_MAX=77", "API_POOL_SIZE=77"} {
+		"PAYMENT_LIMIT_MAX=77", "API_POOL_SIZE=77"} {
 		if !strings.Contains(env, kv) {
 			t.Errorf("Env() = %s, want %s", env, kv)
 		}
