@@ -9,8 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-
-	"github.com/resilientcheckout/checkout/internal/resilience"
 )
 
 // ListQuery selects a page of the provider's charge list: charges created
@@ -125,5 +123,5 @@ func parseChargePage(status int, body []byte) (ChargePage, error) {
 // neither count as a slow charge in the charges' breaker (which the fleet
 // shares) nor hold a charge's slot.
 func (p *Protected) ListCharges(ctx context.Context, q ListQuery) (ChargePage, error) {
-	return resilience.Do(ctx, p.policy, func(ctx context.Context) (ChargePage, error) { return p.client.ListCharges(ctx, q) })
+	return do(ctx, p, func(ctx context.Context) (ChargePage, error) { return p.client.ListCharges(ctx, q) })
 }

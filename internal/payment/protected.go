@@ -3,8 +3,10 @@ package payment
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/resilience"
@@ -17,6 +19,37 @@ import (
 type Protected struct {
 	client *Client
 	policy *resilience.Policy
+	// heldUntil is when the provider's last Retry-After (a 429) ends, in
+	// Unix nanoseconds: until then no call is sent (ErrHeldBack).
+	heldUntil atomic.Int64
+}
+
+// ErrHeldBack: the call was not sent, because the provider answered an
+// earlier call of this client 429 and its Retry-After has not passed. A
+// provider over its rate limit refuses every call until then, so sending
+// more would only add refusals; like the stack's refusals (IsRefused), it
+// cost the provider nothing and means "try again after RetryAfter".
+var ErrHeldBack = errors.New("payment: call held back until the provider's Retry-After has passed")
+
+// do runs fn through p's stack unless a Retry-After holds calls back, and
+// holds them back after a 429 for as long as it asks.
+func do[T any](ctx context.Context, p *Protected, fn func(context.Context) (T, error)) (T, error) {
+	if wait := p.heldFor(); wait > 0 {
+		var zero T
+		return zero, fmt.Errorf("%w (%v left)", ErrHeldBack, wait.Round(time.Millisecond))
+	}
+	v, err := resilience.Do(ctx, p.policy, fn)
+	if wait, ok := RetryAfterOf(err); ok {
+		until := time.Now().Add(wait).UnixNano()
+		for old := p.heldUntil.Load(); old < until && !p.heldUntil.CompareAndSwap(old, until); old = p.heldUntil.Load() {
+		}
+	}
+	return v, err
+}
+
+// heldFor is what is left of the provider's last Retry-After.
+func (p *Protected) heldFor() time.Duration {
+	return max(0, time.Until(time.Unix(0, p.heldUntil.Load())))
 }
 
 // NewProtected wraps client with policy. Build policy with Classify set to
@@ -56,11 +89,11 @@ func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilien
 
 // Charge charges req through the stack. Besides the errors Client.Charge
 // returns, it may return resilience.ErrOpen, resilience.ErrTooManyRequests,
-// resilience.ErrBulkheadFull or resilience.ErrProbeFailed without sending
-// the charge; all of them, like transient errors, mean "try later with the
+// resilience.ErrBulkheadFull, resilience.ErrProbeFailed or ErrHeldBack
+// without sending the charge; all of them, like transient errors, mean "try later with the
 // same order".
 func (p *Protected) Charge(ctx context.Context, req ChargeRequest) (Receipt, error) {
-	return resilience.Do(ctx, p.policy, func(ctx context.Context) (Receipt, error) {
+	return do(ctx, p, func(ctx context.Context) (Receipt, error) {
 		return p.client.Charge(ctx, req)
 	})
 }
@@ -70,13 +103,15 @@ func (p *Protected) Charge(ctx context.Context, req ChargeRequest) (Receipt, err
 // takes the lookup down with the charges, and a lookup takes a slot a charge could have
 // used. Besides Client.FindCharges's errors it may return the stack's refusals, as Charge.
 func (p *Protected) FindCharges(ctx context.Context, orderID string) ([]Receipt, error) {
-	return resilience.Do(ctx, p.policy, func(ctx context.Context) ([]Receipt, error) {
+	return do(ctx, p, func(ctx context.Context) ([]Receipt, error) {
 		return p.client.FindCharges(ctx, orderID)
 	})
 }
 
-// RetryAfter is how long until the breaker lets a call through again.
-func (p *Protected) RetryAfter() time.Duration { return p.policy.RetryAfter() }
+// RetryAfter is how long until the stack lets a call through again (the
+// breaker, the concurrency limit) and the provider's last Retry-After has
+// passed.
+func (p *Protected) RetryAfter() time.Duration { return max(p.policy.RetryAfter(), p.heldFor()) }
 
 // Classify tells the resilience stack which errors are the provider's
 // trouble (transient: count against the breaker, retry) and which are final
@@ -115,10 +150,12 @@ func IsInProgress(err error) bool {
 
 // IsRefused reports whether the protection stack turned the call away
 // without sending it: the breaker is open (or half-open with its probes in
-// flight), the bulkhead stayed full, or the lookup sent before it over a
-// limit full of held calls failed (resilience.ErrProbeFailed). Such a call cost the
-// provider nothing and is worth trying again once RetryAfter has passed.
-func IsRefused(err error) bool { return resilience.Refused(err) }
+// flight), the bulkhead stayed full, the lookup sent before it over a
+// limit full of held calls failed (resilience.ErrProbeFailed), or the
+// provider's last Retry-After has not passed (ErrHeldBack). Such a call
+// cost the provider nothing and is worth trying again once RetryAfter has
+// passed.
+func IsRefused(err error) bool { return resilience.Refused(err) || errors.Is(err, ErrHeldBack) }
 
 // Policy is the stack the client's calls go through, for a coordinator
 // that shares its breaker with other processes (internal/fleet).

@@ -1,6 +1,7 @@
 package payment_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -29,12 +30,15 @@ func TestThrottledIsNoBreakerFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := payment.NewProtected(client, policy)
 
 	const want = 20
 	throttled, charged := 0, 0
 	for i := 0; throttled < want; i++ {
-		_, err := p.Charge(t.Context(), order("o"+strconv.Itoa(i)))
+		// Through the policy alone: Protected would hold the calls after
+		// the first 429 back (TestProtectedHoldsCallsBackUntilRetryAfter).
+		_, err := resilience.Do(t.Context(), policy, func(ctx context.Context) (payment.Receipt, error) {
+			return client.Charge(ctx, order("o"+strconv.Itoa(i)))
+		})
 		if err == nil { // the bucket's one token, or one that refilled meanwhile
 			charged++
 			continue
@@ -118,5 +122,39 @@ func TestRetryAfterOfOtherErrors(t *testing.T) {
 		if wait, ok := payment.RetryAfterOf(err); ok || wait != 0 {
 			t.Errorf("RetryAfterOf(%v) = %v, %v; want 0, false", err, wait, ok)
 		}
+	}
+}
+
+// TestProtectedHoldsCallsBackUntilRetryAfter: after a 429 the provider
+// refuses every call until its Retry-After has passed, so the client sends
+// none: it refuses them itself (IsRefused, as the breaker's refusals) and
+// says how long is left in RetryAfter, which the worker snoozes by.
+func TestProtectedHoldsCallsBackUntilRetryAfter(t *testing.T) {
+	t.Parallel()
+	sim := simtest.StartConfig(t, paymentsim.Config{RateLimit: 1})
+	p, err := payment.NewProtectedClient("payment", sim.URL, resilience.DefaultConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Charge(t.Context(), order("o1")); err != nil {
+		t.Fatalf("first charge: %v, want the bucket's one token", err)
+	}
+	if _, err := p.Charge(t.Context(), order("o2")); !payment.IsThrottled(err) {
+		t.Fatalf("second charge: %v, want a 429", err)
+	}
+	if wait := p.RetryAfter(); wait < 900*time.Millisecond || wait > time.Second {
+		t.Errorf("RetryAfter = %v, want what is left of the 429's 1s", wait)
+	}
+	for _, call := range []func() error{
+		func() error { _, err := p.Charge(t.Context(), order("o3")); return err },
+		func() error { _, err := p.FindCharges(t.Context(), "o3"); return err },
+		func() error { _, err := p.ListCharges(t.Context(), payment.ListQuery{Limit: 10}); return err },
+	} {
+		if err := call(); !errors.Is(err, payment.ErrHeldBack) || !payment.IsRefused(err) {
+			t.Errorf("call within the Retry-After: %v, want ErrHeldBack, refused", err)
+		}
+	}
+	if st := sim.Stats(t); st.RateLimited != 1 || st.TotalCharges != 1 {
+		t.Errorf("provider: %d answered 429, %d charged; want 1 and 1 (nothing sent within the Retry-After)", st.RateLimited, st.TotalCharges)
 	}
 }

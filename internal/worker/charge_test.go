@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -615,7 +616,8 @@ func TestWorkerWaitsForAnAttemptStillInProgress(t *testing.T) {
 	}
 }
 
-// callTimes records when each order's charges were sent and what they met.
+// callTimes records when each order's charges were sent and what they met;
+// calls the client refused without sending are not recorded.
 type callTimes struct {
 	order.Payer
 	mu    sync.Mutex
@@ -630,6 +632,9 @@ type chargeCall struct {
 func (p *callTimes) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {
 	at := time.Now()
 	r, err := p.Payer.Charge(ctx, req)
+	if errors.Is(err, order.ErrRefused) { // not sent
+		return r, err
+	}
 	wait, _ := order.RetryAfterOf(err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
