@@ -527,11 +527,14 @@ func (l *limiter) heldRefuses() bool {
 // It is slow too while the limit keeps slots for abandoned calls, unless
 // it is a background limit (yields): the dependency may still be working
 // on those calls after a hang, and is then slower than usual for a
-// reason the limit already counts (their slots). Late at lateFactor, the
-// live calls that recover beside them would halve the limit again and
-// again — in the seed outage at 40 req/s a provider busy with 12 held
-// calls of its 16 answers in 300 ms — while the breaker's slow threshold
-// still tells a second hang. A background limit's late calls are how the
+// reason the limit already counts (their slots). The situation is a
+// provider recovering from a hang while it finishes the calls given up on:
+// its capacity is partly taken by them, so live calls are slower for a
+// while without any new congestion. Late at lateFactor, those live calls
+// would halve the limit again and again, while the breaker's slow
+// threshold still tells a second hang. The scenario matrix's rows after a
+// hang (the seed's outage at 20 and 40 req/s, flapping) are where it
+// applies; its place has yet to be shown by turning it off there. A background limit's late calls are how the
 // backlog gives way to those live calls.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	usual := l.tail.percentile99()
