@@ -23,11 +23,12 @@ func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
 		LatencyCap:   cfg.LatencyCap,
 		LedgerCap:    cfg.LedgerCap,
 		ChargeCap:    cfg.ChargeCap,
+		KeyRetention: cfg.KeyRetention,
 		Capacity:     cfg.Capacity,
 		RateLimit:    cfg.RateLimit,
 		AdminToken:   cfg.AdminToken,
 		Logger:       logger,
 	})
 	return sim, []any{"latency_sigma", cfg.LatencySigma, "latency_cap", cfg.LatencyCap,
-		"ledger_cap", cfg.LedgerCap, "capacity", cfg.Capacity, "rate_limit", cfg.RateLimit}
+		"ledger_cap", cfg.LedgerCap, "key_retention", cfg.KeyRetention, "capacity", cfg.Capacity, "rate_limit", cfg.RateLimit}
 }

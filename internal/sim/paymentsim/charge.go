@@ -152,24 +152,10 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	return out
 }
 
-// process takes the time drawn for it (see latency), under the capacity model (see
-// scaledLatency) and with fault's latency added, then charges or declines: it returns the
-// response and the charge made, nil for a decline. ctx carries no cancellation from the
-// client, only values.
-//
-// A charge's creation time is when its processing began, as a real provider stamps it when
-// it accepts the request: a charge that took long appears in the list after charges created
-// later than it, which the ledger walk must not miss.
+// process takes a charge's processing time (see work), then charges or declines: it returns
+// the response and the charge made, nil for a decline.
 func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault) (response, *charge) {
-	created := time.Now().UTC().Truncate(time.Microsecond)
-	n := int(s.processing.Add(1))
-	defer s.processing.Add(-1)
-	capacity := s.cfg.Capacity
-	if fault.Capacity > 0 {
-		capacity = fault.Capacity
-	}
-	s.inflight.processing(capacity > 0 && n > capacity)
-	simulator.Sleep(ctx, scaledLatency(s.latency(fault), n, capacity)+time.Duration(fault.Latency))
+	created := s.work(ctx, fault)
 	if req.PaymentMethod == declinedMethod {
 		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil
 	}
@@ -182,6 +168,25 @@ func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault)
 		Created:   created,
 	}
 	return jsonResponse(http.StatusCreated, ch), &ch
+}
+
+// work takes the time drawn for a charge (see latency), under the capacity model (see
+// scaledLatency) and with fault's latency added, and returns the charge's creation time:
+// when its processing began, as a real provider stamps it when it accepts the request. A
+// charge that took long therefore appears in the list after charges created later than it,
+// which the ledger walk must not miss. ctx carries no cancellation from the client, only
+// values.
+func (s *Simulator) work(ctx context.Context, fault Fault) time.Time {
+	created := time.Now().UTC().Truncate(time.Microsecond)
+	n := int(s.processing.Add(1))
+	defer s.processing.Add(-1)
+	capacity := s.cfg.Capacity
+	if fault.Capacity > 0 {
+		capacity = fault.Capacity
+	}
+	s.inflight.processing(capacity > 0 && n > capacity)
+	simulator.Sleep(ctx, scaledLatency(s.latency(fault), n, capacity)+time.Duration(fault.Latency))
+	return created
 }
 
 // response is a finished answer as the ledger keeps it, so a replay is byte-for-byte identical.

@@ -18,7 +18,8 @@ const (
 // entry is one idempotency key's record. resp is written once, under the ledger's lock, and
 // never changes after done is set, so replays may read it without the lock.
 type entry struct {
-	params chargeRequest
+	params any // a chargeRequest or an intentRequest: a key used on both endpoints mismatches
+	at     time.Time
 	done   bool
 	resp   response
 	gen    int
@@ -70,31 +71,35 @@ type Stats struct {
 // ledger is the provider's memory: the idempotency keys (a bounded cache, as at a real
 // provider) and, apart from them, the charges made (see chargeLog).
 type ledger struct {
-	mu         sync.Mutex
-	keyCap     int
-	chargeCap  int
-	gen        int // bumped by reset, so charges begun before it do not count after it
-	entries    *boundedMap[string, *entry]
-	charges    *chargeLog
-	total      int
-	declines   int
-	duplicates int
+	mu           sync.Mutex
+	keyCap       int
+	keyRetention time.Duration
+	chargeCap    int
+	gen          int // bumped by reset, so charges begun before it do not count after it
+	entries      *boundedMap[string, *entry]
+	charges      *chargeLog
+	intents      *intentLog
+	total        int
+	declines     int
+	duplicates   int
 }
 
-func newLedger(keyCap, chargeCap int) *ledger {
-	l := &ledger{keyCap: keyCap, chargeCap: chargeCap}
+func newLedger(keyCap int, keyRetention time.Duration, chargeCap int) *ledger {
+	l := &ledger{keyCap: keyCap, keyRetention: keyRetention, chargeCap: chargeCap}
 	l.reset()
 	return l
 }
 
-// claim looks key up and, on first use, records it as in flight.
-func (l *ledger) claim(key string, req chargeRequest) (*entry, claim) {
+// claim looks key up and, on first use, records it as in flight. A key older than the
+// retention is forgotten, as Stripe forgets keys after 24 hours: its reuse is a new request.
+func (l *ledger) claim(key string, req any) (*entry, claim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := time.Now()
 	e, ok := l.entries.get(key)
 	switch {
-	case !ok:
-		e = &entry{params: req, gen: l.gen}
+	case !ok || now.Sub(e.at) >= l.keyRetention:
+		e = &entry{params: req, at: now, gen: l.gen}
 		l.entries.put(key, e)
 		return e, claimNew
 	case e.params != req:
@@ -110,6 +115,10 @@ func (l *ledger) claim(key string, req chargeRequest) (*entry, claim) {
 func (l *ledger) finish(e *entry, resp response, ch *charge) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.finishLocked(e, resp, ch)
+}
+
+func (l *ledger) finishLocked(e *entry, resp response, ch *charge) {
 	e.resp, e.done = resp, true
 	if e.gen != l.gen {
 		return
@@ -122,6 +131,35 @@ func (l *ledger) finish(e *entry, resp response, ch *charge) {
 	if l.charges.add(*ch) == 2 {
 		l.duplicates++
 	}
+}
+
+// finishIntent is finish for a PaymentIntent: besides the charge it made (nil for none), the
+// intent is recorded in the PaymentIntents list, whatever its status.
+func (l *ledger) finishIntent(e *entry, resp response, ch *charge, pi intent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pi.Status == "requires_action" {
+		e.resp, e.done = resp, true // neither a charge nor a decline
+	} else {
+		l.finishLocked(e, resp, ch)
+	}
+	if e.gen == l.gen {
+		l.intents.add(pi)
+	}
+}
+
+// getIntent returns the PaymentIntent with id.
+func (l *ledger) getIntent(id string) (intent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.intents.get(id)
+}
+
+// listIntents returns a page of the PaymentIntents list (see intentLog.page).
+func (l *ledger) listIntents(q intentQuery) ([]intent, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.intents.page(q)
 }
 
 // find returns the successful charges for reference, oldest first.
@@ -163,5 +201,6 @@ func (l *ledger) reset() {
 	l.gen++
 	l.entries = newBoundedMap[string, *entry](l.keyCap)
 	l.charges = newChargeLog(l.chargeCap)
+	l.intents = newIntentLog(l.chargeCap)
 	l.total, l.declines, l.duplicates = 0, 0, 0
 }

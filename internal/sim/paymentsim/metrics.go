@@ -15,6 +15,7 @@ type outcome = simulator.Outcome
 const (
 	outcomeSucceeded        outcome = "succeeded"
 	outcomeDeclined         outcome = "declined"
+	outcomeRequiresAction   outcome = "requires_action" // a PaymentIntent left for the customer to authenticate
 	outcomeReplayed         outcome = "replayed"
 	outcomeConflict         outcome = "conflict"
 	outcomeMismatch         outcome = "mismatch"

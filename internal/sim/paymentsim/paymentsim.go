@@ -1,7 +1,8 @@
 // Package paymentsim simulates the outside payment provider that checkout charges.
 //
-// It serves the provider protocol (POST /v1/charges, GET /v1/charges?reference=…) the way a
-// real provider does: a bounded Idempotency-Key cache, replays of finished requests, a record
+// It serves the provider protocol — the PaymentIntents subset of Stripe's API (create with
+// confirm=true, retrieve, the newest-first list; see intent.go), beside the older
+// POST /v1/charges and GET /v1/charges?reference=… — the way a real provider does: a bounded Idempotency-Key cache that forgets keys after KeyRetention, replays of finished requests, a record
 // of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
 // latency that grows once more charges arrive than it has capacity for (see scaledLatency),
 // an optional rate limit (see chargeLimiter), and charges that complete even when the caller
@@ -31,6 +32,9 @@ const (
 	DefaultLatency   = 200 * time.Millisecond
 	DefaultJitter    = 20 * time.Millisecond
 	DefaultLedgerCap = 100_000
+	// DefaultKeyRetention is how long an idempotency key is remembered: Stripe keeps keys for
+	// at least 24 hours.
+	DefaultKeyRetention = 24 * time.Hour
 	// DefaultChargeCapFactor sizes the charge record against the key cache when
 	// Config.ChargeCap is zero: ten times as many charges as keys, so a lookup still finds a
 	// charge long after its key is forgotten (at 40 charges/s the default 100,000 keys last
@@ -51,6 +55,10 @@ type Config struct {
 	// key evicted while its charge is still processing, or reused after eviction, is
 	// processed as new, as with a provider whose keys expired.
 	LedgerCap int
+	// KeyRetention is how long an idempotency key is remembered (besides LedgerCap): a key
+	// older than this is processed as new, as with Stripe after 24 hours. Zero means
+	// DefaultKeyRetention.
+	KeyRetention time.Duration
 	// ChargeCap bounds the successful charges kept for lookups by reference, the oldest
 	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
 	// is raised to it, so a charge is never forgotten before its key.
@@ -94,6 +102,9 @@ func New(cfg Config) *Simulator {
 	if cfg.LedgerCap <= 0 {
 		cfg.LedgerCap = DefaultLedgerCap
 	}
+	if cfg.KeyRetention <= 0 {
+		cfg.KeyRetention = DefaultKeyRetention
+	}
 	if cfg.ChargeCap <= 0 {
 		cfg.ChargeCap = DefaultChargeCapFactor * cfg.LedgerCap
 	}
@@ -104,7 +115,7 @@ func New(cfg Config) *Simulator {
 			Name: "paymentsim", AdminToken: cfg.AdminToken, MaxAdminBody: maxBodyBytes,
 			Logger: cfg.Logger, Random: cfg.Random,
 		}),
-		ledger: newLedger(cfg.LedgerCap, cfg.ChargeCap),
+		ledger: newLedger(cfg.LedgerCap, cfg.KeyRetention, cfg.ChargeCap),
 	}
 	s.metrics = newMetrics(s.srv.Registry)
 	s.srv.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

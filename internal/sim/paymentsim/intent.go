@@ -1,0 +1,431 @@
+package paymentsim
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/resilientcheckout/checkout/internal/sim/simulator"
+)
+
+// The PaymentIntents subset of Stripe's API (docs/design.md, "Provider protocol"):
+//
+//	POST /v1/payment_intents                 create and confirm (confirm=true)
+//	GET  /v1/payment_intents/{id}            retrieve
+//	GET  /v1/payment_intents?created[gte]=…  list, newest first
+//
+// Requests are form-encoded with Stripe's nested keys (metadata[order_id]) and authenticated
+// with a test secret key; answers and errors are Stripe's JSON. Parameters outside the subset
+// are refused with 400, as Stripe refuses a parameter it does not know: a client sending one
+// has a bug this simulator should surface, not hide.
+
+// Test payment methods, named as Stripe's test mode names them. Any other payment method
+// succeeds, as pm_card_visa does.
+const (
+	// authenticationRequiredMethod leaves the PaymentIntent in requires_action: the card asks
+	// for 3-D Secure, which only the customer can complete.
+	authenticationRequiredMethod = "pm_card_authenticationRequired"
+)
+
+// intentRequest is a create's parameters. Two creates with one Idempotency-Key must carry
+// equal intentRequests, so the type stays comparable.
+type intentRequest struct {
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+	Types         string // payment_method_types, joined by commas
+	OrderID       string
+}
+
+// intentJSON is a PaymentIntent as Stripe renders it, the fields of the subset.
+type intentJSON struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"`
+	Amount             int64             `json:"amount"`
+	AmountReceived     int64             `json:"amount_received"`
+	Currency           string            `json:"currency"`
+	Status             string            `json:"status"`
+	PaymentMethod      string            `json:"payment_method"`
+	PaymentMethodTypes []string          `json:"payment_method_types"`
+	Metadata           map[string]string `json:"metadata"`
+	Created            int64             `json:"created"`
+	LatestCharge       *string           `json:"latest_charge"`
+	CaptureMethod      string            `json:"capture_method"`
+	ConfirmationMethod string            `json:"confirmation_method"`
+	Livemode           bool              `json:"livemode"`
+}
+
+func (pi intent) json() intentJSON {
+	j := intentJSON{
+		ID: pi.ID, Object: "payment_intent", Amount: pi.Amount, Currency: pi.Currency, Status: pi.Status,
+		PaymentMethod: pi.PaymentMethod, PaymentMethodTypes: []string{"card"}, Metadata: map[string]string{},
+		Created: pi.Created.Unix(), CaptureMethod: "automatic", ConfirmationMethod: "automatic",
+	}
+	if pi.OrderID != "" {
+		j.Metadata["order_id"] = pi.OrderID
+	}
+	if pi.LatestCharge != "" {
+		j.LatestCharge = &pi.LatestCharge
+		j.AmountReceived = pi.Amount
+	}
+	return j
+}
+
+// intentList is the body of a list answer.
+type intentList struct {
+	Object  string       `json:"object"`
+	URL     string       `json:"url"`
+	HasMore bool         `json:"has_more"`
+	Data    []intentJSON `json:"data"`
+}
+
+// stripeError is Stripe's error object; param names the offending parameter.
+type stripeError struct {
+	Type          string      `json:"type"`
+	Code          string      `json:"code,omitempty"`
+	DeclineCode   string      `json:"decline_code,omitempty"`
+	Message       string      `json:"message"`
+	Param         string      `json:"param,omitempty"`
+	PaymentIntent *intentJSON `json:"payment_intent,omitempty"`
+}
+
+func stripeErrorResponse(status int, e stripeError) response {
+	return jsonResponse(status, struct {
+		Error stripeError `json:"error"`
+	}{e})
+}
+
+func writeInvalid(w http.ResponseWriter, param, message string) {
+	writeParamError(w, &paramError{code: "parameter_invalid", param: param, msg: message})
+}
+
+// paramError is a request Stripe would refuse, with its code (parameter_unknown,
+// parameter_missing, parameter_invalid) and the parameter it names.
+type paramError struct{ code, param, msg string }
+
+func (e *paramError) Error() string { return e.msg }
+
+func unknown(key string) *paramError {
+	return &paramError{"parameter_unknown", key, "Received unknown parameter: " + key}
+}
+
+func missing(key string) *paramError {
+	return &paramError{"parameter_missing", key, "Missing required param: " + key + "."}
+}
+
+func invalid(key, format string, args ...any) *paramError {
+	return &paramError{"parameter_invalid", key, fmt.Sprintf(format, args...)}
+}
+
+func writeParamError(w http.ResponseWriter, e *paramError) {
+	writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{
+		Type: "invalid_request_error", Code: e.code, Param: e.param, Message: e.msg}), false)
+}
+
+// authorized checks the secret key as Stripe does, answering 401 without one. Any test-mode
+// key is accepted: the simulator has no accounts.
+func authorized(w http.ResponseWriter, r *http.Request) bool {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if ok && strings.HasPrefix(key, "sk_test_") && len(key) > len("sk_test_") {
+		return true
+	}
+	writeResponse(w, stripeErrorResponse(http.StatusUnauthorized, stripeError{
+		Type: "invalid_request_error", Message: "Invalid API Key provided: the simulator takes any sk_test_… key as a Bearer token."}), false)
+	return false
+}
+
+var (
+	currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
+	typesKeyRE = regexp.MustCompile(`^payment_method_types\[\d*\]$`)
+)
+
+// parseIntentRequest reads a create's form strictly: an unknown or repeated parameter is an
+// error naming it, as Stripe's "Received unknown parameter".
+func parseIntentRequest(form url.Values) (intentRequest, *paramError) {
+	var req intentRequest
+	var types []string
+	for key, vals := range form {
+		if len(vals) != 1 {
+			return req, invalid(key, "parameter %s given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch {
+		case key == "amount":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return req, invalid(key, "amount must be a positive integer of minor units")
+			}
+			req.Amount = n
+		case key == "currency":
+			if !currencyRE.MatchString(v) {
+				return req, invalid(key, "currency must be three lowercase letters")
+			}
+			req.Currency = v
+		case key == "payment_method":
+			if !isToken(v, 64) {
+				return req, invalid(key, "payment_method must be 1 to 64 visible ASCII characters")
+			}
+			req.PaymentMethod = v
+		case key == "confirm":
+			if v != "true" {
+				return req, invalid(key, "the simulator creates PaymentIntents with confirm=true only")
+			}
+		case typesKeyRE.MatchString(key):
+			types = append(types, v)
+		case key == "metadata[order_id]":
+			if !isToken(v, 500) {
+				return req, invalid(key, "metadata[order_id] must be 1 to 500 visible ASCII characters")
+			}
+			req.OrderID = v
+		default:
+			return req, unknown(key)
+		}
+	}
+	switch {
+	case req.Amount == 0:
+		return req, missing("amount")
+	case req.Currency == "":
+		return req, missing("currency")
+	case req.PaymentMethod == "":
+		return req, missing("payment_method")
+	case !form.Has("confirm"):
+		return req, invalid("confirm", "the simulator creates PaymentIntents with confirm=true only")
+	}
+	for _, t := range types {
+		if t != "card" {
+			return req, invalid("payment_method_types", "payment method type %q is not supported", t)
+		}
+	}
+	req.Types = strings.Join(types, ",")
+	return req, nil
+}
+
+// handleCreateIntent serves POST /v1/payment_intents in the same order as a charge: the rate
+// limit, then faults, then validation, then the idempotency ledger, then processing.
+func (s *Simulator) handleCreateIntent() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		fault := s.srv.Faults.Active(start)
+		done := s.inflight.add(fault != Fault{})
+		outcome := s.serveCreateIntent(w, r, fault)
+		done()
+		s.metrics.Observe(outcome, time.Since(start))
+	}
+}
+
+func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
+	// Read the whole body first: net/http notices a client hanging up only once it has.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeInvalid(w, "", "read body: "+err.Error())
+		return simulator.OutcomeInvalid
+	}
+	if !authorized(w, r) {
+		return simulator.OutcomeInvalid
+	}
+	if s.rateLimit(w, fault) {
+		return outcomeRateLimited
+	}
+	if out, stop := s.injectFault(w, r, fault); stop {
+		return out
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		writeInvalid(w, "", "the body must be form-encoded (application/x-www-form-urlencoded), not "+ct)
+		return simulator.OutcomeInvalid
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		writeInvalid(w, "", "malformed form body: "+err.Error())
+		return simulator.OutcomeInvalid
+	}
+	req, perr := parseIntentRequest(form)
+	if perr != nil {
+		writeParamError(w, perr)
+		return simulator.OutcomeInvalid
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		key = "sim-" + rand.Text() // Stripe takes a write without a key as a request of its own
+	}
+	if !isToken(key, 255) {
+		writeInvalid(w, "", "Idempotency-Key must be 1 to 255 visible ASCII characters")
+		return simulator.OutcomeInvalid
+	}
+
+	e, c := s.ledger.claim(key, req)
+	switch c {
+	case claimDone:
+		writeResponse(w, e.resp, true)
+		return outcomeReplayed
+	case claimInFlight:
+		writeResponse(w, stripeErrorResponse(http.StatusConflict, stripeError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
+			Message: "There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later."}), false)
+		return outcomeConflict
+	case claimMismatch:
+		writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{Type: "idempotency_error",
+			Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."}), false)
+		return outcomeMismatch
+	}
+
+	// A real provider finishes what it started even if the caller hung up.
+	resp, ch, pi := s.processIntent(context.WithoutCancel(r.Context()), req, fault)
+	s.ledger.finishIntent(e, resp, ch, pi)
+	out := outcomeSucceeded
+	switch {
+	case pi.Status == "requires_payment_method":
+		out = outcomeDeclined
+	case ch == nil:
+		out = outcomeRequiresAction
+	}
+	if fault.ResetAfterCharge {
+		dropConnection(w)
+		return outcomeResetAfterCharge
+	}
+	writeResponse(w, resp, false)
+	return out
+}
+
+// processIntent takes a charge's processing time (see work), then confirms the intent with
+// its payment method: a decline leaves it requires_payment_method and answers 402 with the
+// intent in the error, as Stripe does; a card asking for authentication leaves it
+// requires_action; any other succeeds with a charge.
+func (s *Simulator) processIntent(ctx context.Context, req intentRequest, fault Fault) (response, *charge, intent) {
+	created := s.work(ctx, fault)
+	pi := intent{
+		ID: "pi_" + rand.Text(), Amount: req.Amount, Currency: req.Currency, PaymentMethod: req.PaymentMethod,
+		OrderID: req.OrderID, Created: created,
+	}
+	switch req.PaymentMethod {
+	case declinedMethod:
+		pi.Status = "requires_payment_method"
+		j := pi.json()
+		return stripeErrorResponse(http.StatusPaymentRequired, stripeError{Type: "card_error", Code: "card_declined",
+			DeclineCode: "generic_decline", Message: "Your card was declined.", Param: "payment_method", PaymentIntent: &j}), nil, pi
+	case authenticationRequiredMethod:
+		pi.Status = "requires_action"
+		return jsonResponse(http.StatusOK, pi.json()), nil, pi
+	}
+	pi.Status, pi.LatestCharge = "succeeded", "ch_"+rand.Text()
+	reference := req.OrderID
+	if reference == "" {
+		reference = pi.ID // a payment of no order: its own reference, never a duplicate
+	}
+	ch := &charge{ID: pi.LatestCharge, Status: "succeeded", Amount: req.Amount, Currency: strings.ToUpper(req.Currency),
+		Reference: reference, Created: created}
+	return jsonResponse(http.StatusOK, pi.json()), ch, pi
+}
+
+// handleRetrieveIntent serves GET /v1/payment_intents/{id}: the intent as it is now, 404 if
+// the provider holds none by that id. Faults apply as to a lookup.
+func (s *Simulator) handleRetrieveIntent() http.HandlerFunc {
+	return s.read(func(w http.ResponseWriter, r *http.Request) outcome {
+		if len(r.URL.Query()) != 0 {
+			writeInvalid(w, "", "retrieve takes no query parameters in the simulator")
+			return simulator.OutcomeInvalid
+		}
+		pi, ok := s.ledger.getIntent(r.PathValue("id"))
+		if !ok {
+			writeResponse(w, stripeErrorResponse(http.StatusNotFound, stripeError{Type: "invalid_request_error", Code: "resource_missing",
+				Param: "intent", Message: "No such payment_intent: '" + r.PathValue("id") + "'"}), false)
+			return simulator.OutcomeInvalid
+		}
+		simulator.WriteJSON(w, http.StatusOK, pi.json())
+		return outcomeFound
+	})
+}
+
+// handleListIntents serves GET /v1/payment_intents: created[gte], created[lte] (Unix seconds),
+// limit (1 to 100, default 10), starting_after or ending_before; newest first.
+func (s *Simulator) handleListIntents() http.HandlerFunc {
+	return s.read(func(w http.ResponseWriter, r *http.Request) outcome {
+		q, perr := parseIntentQuery(r.URL.Query())
+		if perr != nil {
+			writeParamError(w, perr)
+			return simulator.OutcomeInvalid
+		}
+		page, more, err := s.ledger.listIntents(q)
+		if err != nil {
+			cursor := q.startingAfter + q.endingBefore
+			writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{Type: "invalid_request_error", Code: "resource_missing",
+				Message: "No such payment_intent: '" + cursor + "'"}), false)
+			return simulator.OutcomeInvalid
+		}
+		list := intentList{Object: "list", URL: "/v1/payment_intents", HasMore: more, Data: make([]intentJSON, len(page))}
+		for i, pi := range page {
+			list.Data[i] = pi.json()
+		}
+		simulator.WriteJSON(w, http.StatusOK, list)
+		return outcomeFound
+	})
+}
+
+func parseIntentQuery(query url.Values) (intentQuery, *paramError) {
+	q := intentQuery{limit: 10}
+	for key, vals := range query {
+		if len(vals) != 1 {
+			return q, invalid(key, "parameter %s given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch key {
+		case "created[gte]", "created[lte]":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return q, invalid(key, "%s must be a Unix time in seconds", key)
+			}
+			if key == "created[gte]" {
+				q.createdGTE = &n
+			} else {
+				q.createdLTE = &n
+			}
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 100 {
+				return q, invalid(key, "limit must be 1 to 100")
+			}
+			q.limit = n
+		case "starting_after":
+			q.startingAfter = v
+		case "ending_before":
+			q.endingBefore = v
+		default:
+			return q, unknown(key)
+		}
+	}
+	if q.startingAfter != "" && q.endingBefore != "" {
+		return q, invalid("ending_before", "starting_after and ending_before cannot both be given")
+	}
+	return q, nil
+}
+
+// read wraps a read of the intents (retrieve, list) in what every read gets: the key check,
+// the faults as a lookup meets them, the simulated latency, and the metrics. A read changes
+// nothing, so one whose client has gone is not finished.
+func (s *Simulator) read(serve func(http.ResponseWriter, *http.Request) outcome) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		fault := s.srv.Faults.Active(time.Now())
+		if fault != (Fault{}) {
+			s.inflight.lookupDuringFault()
+		}
+		out := func() outcome {
+			if !authorized(w, r) {
+				return simulator.OutcomeInvalid
+			}
+			if out, stop := s.injectFault(w, r, fault); stop {
+				return out
+			}
+			simulator.Sleep(r.Context(), s.latency(fault)+time.Duration(fault.Latency))
+			if r.Context().Err() != nil {
+				return simulator.OutcomeAbandoned
+			}
+			return serve(w, r)
+		}()
+		s.metrics.observeLookup(out)
+	}
+}

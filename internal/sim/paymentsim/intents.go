@@ -1,0 +1,159 @@
+package paymentsim
+
+import (
+	"errors"
+	"slices"
+	"sort"
+	"time"
+)
+
+// intent is a PaymentIntent as the provider keeps it: every one it created, whatever its
+// status, as Stripe lists them.
+type intent struct {
+	ID            string
+	Amount        int64
+	Currency      string // lowercase, as Stripe writes it
+	Status        string
+	PaymentMethod string
+	OrderID       string // metadata[order_id]; empty when the create carried none
+	Created       time.Time
+	LatestCharge  string // the charge a succeeded intent made; empty otherwise
+	seq           int    // the order it was recorded in, which breaks ties of Created
+}
+
+// intentLog is the PaymentIntents list: newest first by creation time, as Stripe lists them.
+// An intent is recorded when its processing ends, stamped with the time its request was
+// accepted, so one whose request took long is inserted among older ones — it appears late,
+// which the ledger walk must cope with. Memory is bounded by capacity: beyond it the oldest
+// intent is forgotten. It is not safe for concurrent use; the ledger's lock guards it.
+type intentLog struct {
+	cap  int
+	seq  int
+	byID map[string]*intent
+	list []*intent // newest first: Created descending, then seq descending
+}
+
+func newIntentLog(capacity int) *intentLog {
+	return &intentLog{cap: capacity, byID: make(map[string]*intent)}
+}
+
+// newer reports whether a comes before b in the list.
+func newer(a, b *intent) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.After(b.Created)
+	}
+	return a.seq > b.seq
+}
+
+// add records pi at its place in the list.
+func (l *intentLog) add(pi intent) {
+	l.seq++
+	pi.seq = l.seq
+	p := &pi
+	i, _ := slices.BinarySearchFunc(l.list, p, func(e, t *intent) int {
+		if newer(e, t) {
+			return -1
+		}
+		return 1
+	})
+	l.list = slices.Insert(l.list, i, p)
+	l.byID[p.ID] = p
+	for len(l.list) > l.cap {
+		oldest := l.list[len(l.list)-1]
+		l.list = l.list[:len(l.list)-1]
+		delete(l.byID, oldest.ID)
+	}
+}
+
+// get returns the intent with id.
+func (l *intentLog) get(id string) (intent, bool) {
+	p, ok := l.byID[id]
+	if !ok {
+		return intent{}, false
+	}
+	return *p, true
+}
+
+// errNoSuchIntent: a list's cursor names an intent the log does not hold.
+var errNoSuchIntent = errors.New("no such payment_intent")
+
+// intentQuery is one request for a page of the list. Created bounds are inclusive, in Unix
+// seconds as Stripe compares them; a nil bound is no bound.
+type intentQuery struct {
+	createdGTE, createdLTE *int64
+	limit                  int
+	startingAfter          string // page towards older intents, after this one
+	endingBefore           string // page towards newer intents, before this one
+}
+
+func (q intentQuery) matches(pi *intent) bool {
+	c := pi.Created.Unix()
+	return (q.createdGTE == nil || c >= *q.createdGTE) && (q.createdLTE == nil || c <= *q.createdLTE)
+}
+
+// page returns up to limit intents of the list that match q, newest first, and whether more
+// follow in the direction of paging. With endingBefore the page is the limit intents just
+// newer than the cursor, still newest first, as Stripe answers it. It reads no further into
+// the list than the page needs, so a lookup of a recent window stays cheap however long
+// the list is.
+func (l *intentLog) page(q intentQuery) ([]intent, bool, error) {
+	from, step := 0, 1
+	switch {
+	case q.startingAfter != "":
+		i, err := l.position(q.startingAfter)
+		if err != nil {
+			return nil, false, err
+		}
+		from = i + 1
+	case q.endingBefore != "":
+		i, err := l.position(q.endingBefore)
+		if err != nil {
+			return nil, false, err
+		}
+		from, step = i-1, -1
+	default:
+		// Intents newer than the window are skipped by a binary search, not a scan.
+		if q.createdLTE != nil {
+			from = sort.Search(len(l.list), func(i int) bool { return l.list[i].Created.Unix() <= *q.createdLTE })
+		}
+	}
+	var out []intent
+	for i := from; i >= 0 && i < len(l.list); i += step {
+		pi := l.list[i]
+		if step == 1 && q.createdGTE != nil && pi.Created.Unix() < *q.createdGTE {
+			break // older than the window, as is everything after it
+		}
+		if !q.matches(pi) {
+			continue
+		}
+		if len(out) == q.limit {
+			if step == -1 {
+				slices.Reverse(out)
+			}
+			return out, true, nil
+		}
+		out = append(out, *pi)
+	}
+	if step == -1 {
+		slices.Reverse(out)
+	}
+	return out, false, nil
+}
+
+// position finds id's place in the list.
+func (l *intentLog) position(id string) (int, error) {
+	p, ok := l.byID[id]
+	if !ok {
+		return 0, errNoSuchIntent
+	}
+	i, _ := slices.BinarySearchFunc(l.list, p, func(e, t *intent) int {
+		switch {
+		case e == t:
+			return 0
+		case newer(e, t):
+			return -1
+		}
+		return 1
+	})
+	return i, nil
+}
