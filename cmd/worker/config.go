@@ -160,6 +160,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RiverUIUser:     env.String("RIVERUI_USER", ""),
 		RiverUIPassword: env.String("RIVERUI_PASSWORD", ""),
 	}
+	// The backlog's pace, in charges a second: the provider's rate limit less
+	// what live orders need at their peak (docs/operations.md, "Choosing the
+	// settings for your provider"). 0, the default, sets no pace: the limit
+	// and the provider's 429s pace the backlog alone.
+	cfg.Resilience.Rate = env.Float("PAYMENT_BACKLOG_RATE", 0, 0, 100_000)
 	// Checkout's request deadlines, under checkout's names and defaults:
 	// the worker does not use them, it only checks SWEEP_AFTER against
 	// them (checkTimings), so they must be set as checkout's are.

@@ -139,6 +139,13 @@ type Config struct {
 	// way round — down to one call beside the slots it holds for abandoned
 	// calls (limiter.cutFloor).
 	Background bool
+	// Rate caps the calls a second the policy sends (golang.org/x/time/rate,
+	// a bucket of one: calls are spaced evenly); a call waits for its turn,
+	// and one whose turn comes after its caller's deadline is refused with
+	// ErrPaced. 0 means no cap. It is for work no customer waits on, set
+	// below the dependency's documented rate limit by what the live calls
+	// need, so that both stay under it and the live calls see no 429.
+	Rate float64
 }
 
 // BreakDuration is how long the breaker stays open after failedProbes
@@ -380,6 +387,7 @@ func (c Config) Validate() error {
 	check(c.LimitMin >= 1, "LimitMin %d must be at least 1", c.LimitMin)
 	check(c.LimitMax >= c.LimitMin, "LimitMax %d must not be below LimitMin %d", c.LimitMax, c.LimitMin)
 	check(c.LimitLateFactor == 0 || c.LimitLateFactor >= 1, "LimitLateFactor %v must be 0 or at least 1", c.LimitLateFactor)
+	check(c.Rate >= 0, "Rate %v must not be negative", c.Rate)
 	check(c.LimitDelayTolerance >= 0, "LimitDelayTolerance %v must not be negative", c.LimitDelayTolerance)
 	check(c.LimitInitial >= c.LimitMin && c.LimitInitial <= c.LimitMax,
 		"LimitInitial %d must be between LimitMin %d and LimitMax %d", c.LimitInitial, c.LimitMin, c.LimitMax)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // ErrTimeout wraps the call's error when an attempt ran out of its
@@ -21,6 +22,10 @@ var ErrTimeout = errors.New("resilience: attempt timed out")
 // threshold. It does not wrap the probe's error, which is about the
 // question, not the call (a timed-out probe is no timed-out call), only the
 // caller's context error if that is what ended the probe.
+// ErrPaced means the call was not made: under the policy's Rate its turn
+// would come after the caller's deadline.
+var ErrPaced = errors.New("resilience: the call's turn under the policy's rate comes after its deadline")
+
 var ErrProbeFailed = errors.New("resilience: the call was not made: the probe sent before it failed")
 
 // Class says what an error returned by the protected call means for the
@@ -80,6 +85,7 @@ type Policy struct {
 	events   *eventQueue
 	limit    *limiter // nil unless ModeProtected
 	probe    func(context.Context) error
+	pace     *rate.Limiter // nil without a Rate
 	retries  prometheus.Counter
 	backoffs prometheus.Observer
 }
@@ -127,6 +133,9 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 			p.limit.probeEvery = cfg.OpenDuration
 		}
 		p.breaker.limit = p.limit
+		if cfg.Rate > 0 {
+			p.pace = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
+		}
 		p.events = p.breaker.events
 	}
 	return p, nil
@@ -208,6 +217,12 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 			}
 			return zero, ctx.Err()
 		}
+		if p.pace != nil {
+			if err := p.pace.Wait(ctx); err != nil {
+				var zero T
+				return zero, fmt.Errorf("%w: %w", ErrPaced, err)
+			}
+		}
 		v, retry, err := attempt(ctx, p, fn)
 		if err == nil {
 			return v, nil
@@ -246,7 +261,7 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 // (ErrProbeFailed). Such a call cost the dependency nothing.
 func Refused(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) ||
-		errors.Is(err, ErrBulkheadFull) || errors.Is(err, ErrProbeFailed)
+		errors.Is(err, ErrBulkheadFull) || errors.Is(err, ErrProbeFailed) || errors.Is(err, ErrPaced)
 }
 
 // attempt makes one attempt through the breaker, the concurrency limit and

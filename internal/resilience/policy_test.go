@@ -300,3 +300,30 @@ func TestTwoPoliciesShareOneRegistry(t *testing.T) {
 		t.Errorf("resilience_breaker_state series = %d, want %d", got, want)
 	}
 }
+
+func TestRateSpacesCallsAndRefusesALateTurn(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) { c.Rate = 10 })
+		s := &script{steps: []step{ok}}
+		start := time.Now()
+		for range 5 {
+			if _, err := Do(context.Background(), b.p, s.call); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := time.Since(start), 400*time.Millisecond; got != want {
+			t.Errorf("5 calls at 10/s took %v, want %v (the first at once, then one each 100 ms)", got, want)
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := Do(ctx, b.p, s.call)
+		if !errors.Is(err, ErrPaced) || !Refused(err) {
+			t.Errorf("err = %v, want ErrPaced, a refusal", err)
+		}
+		if s.attempts != 5 {
+			t.Errorf("attempts = %d, want 5: a call whose turn comes after its deadline is not made", s.attempts)
+		}
+	})
+}
