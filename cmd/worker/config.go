@@ -54,16 +54,7 @@ func workerResilienceDefaults() resilience.Config {
 	d.MinCalls = 4
 	d.HalfOpenProbes = 1
 	d.LimitInitial = 1
-	// The backlog after an outage is demand without bound: the delay rule
-	// stops the limit at the provider's capacity, a scavenger's target as
-	// LEDBAT's (RFC 6817) beside foreground TCP, while checkout's live
-	// calls, which have none, take what they need and the worker's limit
-	// comes down to leave it (docs/design.md, "After an outage"). One call
-	// past a capacity of 16 makes every call 6 % slower; the simulator's
-	// ±20 % jitter moves a 32-call round's mean by about 2 %: 0.05 sees
-	// the one call, and rarely the jitter.
-	d.LimitDelayTolerance = 0.05
-	// For the same reason the worker's late calls are its own: a backlog
+	// The worker's late calls are its own: a backlog
 	// that pushed the provider to its capacity must not halve checkout's
 	// limits through the fleet's congestion news (it still heeds theirs).
 	d.Background = true

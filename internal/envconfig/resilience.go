@@ -36,8 +36,6 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	c.LimitMax = r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000)
 	c.LimitBackoff = r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99)
 	c.LimitLateFactor = r.lateFactor(d.LimitLateFactor)
-	// 0 (off) up to 10: calls eleven times slower than idle.
-	c.LimitDelayTolerance = r.Float("PAYMENT_LIMIT_DELAY_TOLERANCE", d.LimitDelayTolerance, 0, 10)
 	return c
 }
 

@@ -78,7 +78,7 @@ func TestResilienceKeepsWhatTheEnvironmentDoesNotSet(t *testing.T) {
 	t.Parallel()
 	d := resilience.DefaultConfig()
 	d.MinCalls, d.HalfOpenProbes, d.LimitInitial = 4, 1, 1
-	d.LimitDelayTolerance, d.BulkheadWait = 0.05, 2*time.Second
+	d.BulkheadWait = 2 * time.Second
 	d.Background = true
 	r := envconfig.New(func(string) string { return "" })
 	if got := r.Resilience(d); got != d {

@@ -341,13 +341,12 @@ type call struct {
 	b     *breaker
 	done  func(error) // gobreaker's report callback for this call
 	probe *gate       // non-nil: a probe for the fleet, whose verdict it reports
-	// timer fires onTimer: at overdueAfter if the limit holds new calls
-	// back for an overdue one (limiter.overdueAfter), at lateAfter, then
-	// again at the slow threshold if that is later.
-	timer                   *time.Timer
-	overdueAfter, lateAfter time.Duration
-	armed                   bool
-	state                   atomic.Uint32
+	// timer fires onTimer at lateAfter, then again at the slow threshold
+	// if that is later.
+	timer     *time.Timer
+	lateAfter time.Duration
+	armed     bool
+	state     atomic.Uint32
 }
 
 // isProbe reports whether c is a probe — of the fleet's state, or of this
@@ -360,11 +359,10 @@ func (c *call) isProbe() bool {
 }
 
 const (
-	running        uint32 = iota
-	runningOverdue        // still running, and counted overdue by the limit (limiter.overdue)
-	finished              // completed before the breaker heard of it as slow
-	reportedLate          // the limit heard of it as late; the breaker has not
-	reportedSlow          // the breaker (and the limit) heard of it as slow
+	running      uint32 = iota
+	finished            // completed before the breaker heard of it as slow
+	reportedLate        // the limit heard of it as late; the breaker has not
+	reportedSlow        // the breaker (and the limit) heard of it as slow
 )
 
 // startClock starts the call's timer. The stack calls it once the call
@@ -373,11 +371,6 @@ const (
 func (c *call) startClock() {
 	c.armed = true
 	c.lateAfter = c.b.limit.lateAfter(c.b.slowAfter)
-	c.overdueAfter = c.b.limit.overdueAfter(c.lateAfter)
-	if c.overdueAfter > 0 {
-		c.timer.Reset(c.overdueAfter)
-		return
-	}
 	c.timer.Reset(c.lateAfter)
 }
 
@@ -396,11 +389,7 @@ func (c *call) restartClock() bool {
 		return true
 	}
 	// Stopped while pending, the timer's last run (if any) is over.
-	switch {
-	case c.state.CompareAndSwap(runningOverdue, running):
-		c.b.limit.overdueCall(false)
-	case c.state.CompareAndSwap(reportedLate, running):
-	}
+	c.state.CompareAndSwap(reportedLate, running)
 	c.startClock()
 	return true
 }
@@ -415,35 +404,14 @@ func (c *call) onTimer() {
 	// Read before the CAS: once it succeeds, finish may recycle c as soon
 	// as the timer is re-armed, and the timer's own lock, which orders the
 	// two, is invisible to the race detector.
-	b, overdueAfter, lateAfter, slowAfter := c.b, c.overdueAfter, c.lateAfter, c.b.slowAfter
-	if overdueAfter > 0 && c.state.Load() == running {
-		// Counted before the CAS, so that finish, which uncounts it once
-		// the CAS has made it overdue, never takes the count below zero.
-		b.limit.overdueCall(true)
-		if !c.state.CompareAndSwap(running, runningOverdue) {
-			b.limit.overdueCall(false) // it finished first
-			return
-		}
-		// Last: once re-armed, finish may recycle c.
-		c.timer.Reset(lateAfter - overdueAfter)
+	b, lateAfter, slowAfter := c.b, c.lateAfter, c.b.slowAfter
+	if lateAfter < slowAfter && c.state.CompareAndSwap(running, reportedLate) {
+		b.late()
+		c.timer.Reset(slowAfter - lateAfter) // last: once re-armed, finish may recycle c
 		return
 	}
-	if lateAfter < slowAfter {
-		// Late before the overdue call's hold ends, so that calls waiting
-		// behind it find the limit already cut.
-		wasOverdue := c.state.CompareAndSwap(runningOverdue, reportedLate)
-		if wasOverdue || c.state.CompareAndSwap(running, reportedLate) {
-			b.late()
-			if wasOverdue {
-				b.limit.overdueCall(false)
-			}
-			c.timer.Reset(slowAfter - lateAfter)
-			return
-		}
-	}
 	limitHeard := c.state.Load() == reportedLate
-	wasOverdue := c.state.CompareAndSwap(runningOverdue, reportedSlow)
-	if !wasOverdue && !c.state.CompareAndSwap(running, reportedSlow) && !c.state.CompareAndSwap(reportedLate, reportedSlow) {
+	if !c.state.CompareAndSwap(running, reportedSlow) && !c.state.CompareAndSwap(reportedLate, reportedSlow) {
 		return // the call finished first
 	}
 	b.calls.slow.Inc()
@@ -453,9 +421,6 @@ func (c *call) onTimer() {
 	}
 	if !limitHeard {
 		b.late()
-	}
-	if wasOverdue {
-		b.limit.overdueCall(false)
 	}
 }
 
@@ -484,8 +449,6 @@ func (c *call) finish(report error, counter prometheus.Counter) bool {
 	limitHeard := false
 	switch {
 	case c.state.CompareAndSwap(running, finished):
-	case c.state.CompareAndSwap(runningOverdue, finished):
-		c.b.limit.overdueCall(false)
 	case c.state.CompareAndSwap(reportedLate, finished):
 		limitHeard = true
 	default:

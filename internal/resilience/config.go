@@ -123,13 +123,6 @@ type Config struct {
 	// shrinks before the breaker's slow-call rule fires. 0 signals at the
 	// slow threshold.
 	LimitLateFactor float64
-	// LimitDelayTolerance is how much slower than when idle calls may
-	// become before the adaptive limit takes it for a queue at the
-	// dependency: 0.05 means calls a twentieth slower. Past it the limit
-	// stops growing and comes down to what ends the queue, and steps past
-	// the level it came down to only once in a while (see queueDelay and
-	// limiter.growRound). 0 turns the delay rule off.
-	LimitDelayTolerance float64
 	// Background marks a policy whose calls no customer waits on, such as
 	// a worker's backlog: its late calls shrink its own limit but are not
 	// news for the fleet (EventCongested is never sent), so a backlog that
@@ -347,12 +340,6 @@ func DefaultConfig() Config {
 		// req/s were deferred (docs/measurements.md, scenario matrix rows 2
 		// and 3); against 1.2 × p99 none are.
 		LimitLateFactor: 1.2,
-		// Off for live calls: their demand is what customers send, rate ×
-		// latency, which the late-call rule already bounds. The worker,
-		// whose backlog after an outage is demand without bound, turns it
-		// on (cmd/worker) to find the provider's capacity and to yield it
-		// to live calls first. See docs/design.md, "After an outage".
-		LimitDelayTolerance: 0,
 	}
 }
 
@@ -388,7 +375,6 @@ func (c Config) Validate() error {
 	check(c.LimitMax >= c.LimitMin, "LimitMax %d must not be below LimitMin %d", c.LimitMax, c.LimitMin)
 	check(c.LimitLateFactor == 0 || c.LimitLateFactor >= 1, "LimitLateFactor %v must be 0 or at least 1", c.LimitLateFactor)
 	check(c.Rate >= 0, "Rate %v must not be negative", c.Rate)
-	check(c.LimitDelayTolerance >= 0, "LimitDelayTolerance %v must not be negative", c.LimitDelayTolerance)
 	check(c.LimitInitial >= c.LimitMin && c.LimitInitial <= c.LimitMax,
 		"LimitInitial %d must be between LimitMin %d and LimitMax %d", c.LimitInitial, c.LimitMin, c.LimitMax)
 	check(c.LimitBackoff >= 0.5 && c.LimitBackoff < 1, "LimitBackoff %v must be in [0.5, 1)", c.LimitBackoff)

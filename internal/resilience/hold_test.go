@@ -335,7 +335,7 @@ func TestABacklogKeepsACallGoingBesideItsHeldSlots(t *testing.T) {
 			c.MaxAttempts = 1
 			c.AbandonedHold = DefaultConfig().AbandonedHold
 			c.LimitInitial, c.BulkheadWait = 1, 0
-			c.Background, c.LimitDelayTolerance = true, 0.05
+			c.Background = true
 		})
 		hangN(t, b, 1)
 		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
@@ -453,35 +453,6 @@ func TestCongestionHalvesTheLiveSlotsNotTheHeldOnes(t *testing.T) {
 	}
 }
 
-// The delay rule's verdict on a queued round gives way as a late call
-// does: beside twelve held slots, a round twice as slow as idle would cut
-// a limit of 13 to 6, full of held slots; a background limit keeps the
-// call beside them.
-func TestAQueuedRoundLeavesABacklogACallBesideItsHeldSlots(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		background bool
-		want       int
-	}{{false, 6}, {true, 13}} {
-		synctest.Test(t, func(t *testing.T) {
-			l := newAdaptiveLimiter(13, 1, 20, 0.5, 0, testLimiterMetrics())
-			l.yields, l.delay.tolerance = tt.background, 0.05
-			for range 12 {
-				if err := l.acquire(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				l.releaseAfter(noSignal, 10*time.Second)
-			}
-			l.mu.Lock()
-			l.delay.idle, l.delay.mean, l.delay.busyMean, l.delay.early = 100*time.Millisecond, 200*time.Millisecond, 13, true
-			l.growRound(true)
-			l.mu.Unlock()
-			if got, _ := l.current(); got != tt.want {
-				t.Errorf("background %v: limit %d after a round twice as slow as idle, want %d", tt.background, got, tt.want)
-			}
-		})
-	}
-}
 
 // While a call over the held slots is out, a deferred retry is told to come
 // back when that call's answer is due, not when the held slots free: a fast

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -72,7 +71,7 @@ func TestLateCallShrinksTheLimitBeforeTheBreakerHearsOfIt(t *testing.T) {
 // succeed tells l of n successful calls that each took d.
 func succeed(l *limiter, d time.Duration, n int) {
 	for range n {
-		l.returned(seat{}, time.Now().Add(-d), true)
+		l.returned(time.Now().Add(-d), true)
 	}
 }
 
@@ -262,192 +261,6 @@ func TestCongestedFromElsewhereAtMostOncePerSecond(t *testing.T) {
 	})
 }
 
-// TestAnOverdueCallHoldsNewCallsBack: a call in flight past 1.1 × the
-// usual latency holds new calls until it returns or turns late. The hang
-// below starts with the limit at 8, so only the hold keeps the sixth
-// call, sent 230 ms in (the save before it was quicker than the first
-// one's), out of a provider that holds every call it gets.
-func TestAnOverdueCallHoldsNewCallsBack(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial = 1, 8 })
-		pr := &provider{}
-		warm(t, b, pr, 200*time.Millisecond, 5) // late at 240 ms, overdue at 220
 
-		pr.set(0) // hangs from now on
-		send := func() <-chan error {
-			errc := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				defer cancel()
-				_, err := Do(ctx, b.p, pr.call)
-				errc <- err
-			}()
-			return errc
-		}
-		for i := range 5 {
-			send()
-			advance([]time.Duration{50, 50, 50, 50, 30}[i] * time.Millisecond)
-		}
-		sixth := send() // 230 ms in
-		advance(time.Millisecond)
-		if got, _ := pr.counts(); got != 5 {
-			t.Fatalf("231 ms into the hang: the provider holds %d calls, want 5 (the sixth waits behind the overdue first)", got)
-		}
-		advance(9 * time.Millisecond) // the first is late: the limit is cut below the calls held
-		if got := b.limit(); got >= 5 {
-			t.Fatalf("240 ms in: limit = %d, want below the 5 calls held", got)
-		}
-		select {
-		case err := <-sixth:
-			if !errors.Is(err, ErrBulkheadFull) {
-				t.Errorf("sixth call: %v, want ErrBulkheadFull", err)
-			}
-		case <-time.After(200 * time.Millisecond):
-			t.Error("sixth call still waiting after its bulkhead wait")
-		}
-		if got, _ := pr.counts(); got != 5 {
-			t.Errorf("the provider holds %d calls, want 5", got)
-		}
-		advance(3 * time.Second) // every call times out
-	})
-}
 
-// TestAnOverdueCallsHoldEndsWithIt: a call behind a slow outlier waits
-// only until the outlier returns, or turns late and has cut the limit.
-func TestAnOverdueCallsHoldEndsWithIt(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		name      string
-		outlier   time.Duration // 0: it hangs
-		sentAfter time.Duration // the call behind it, from 225 ms on
-		limit     int
-	}{
-		{"it returns at 230 ms", 230 * time.Millisecond, 5 * time.Millisecond, 8},
-		{"it turns late at 240 ms", 0, 15 * time.Millisecond, 4},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
-				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial = 1, 8 })
-				pr := &provider{}
-				warm(t, b, pr, 200*time.Millisecond, 5) // overdue at 220 ms, late at 240
 
-				pr.set(tt.outlier)
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				go func() { _, _ = Do(ctx, b.p, pr.call) }()
-				advance(225 * time.Millisecond)
-				pr.set(200 * time.Millisecond)
-				start := time.Now()
-				var sentAfter time.Duration
-				_, err := Do(context.Background(), b.p, func(ctx context.Context) (string, error) {
-					sentAfter = time.Since(start)
-					return pr.call(ctx)
-				})
-				if err != nil {
-					t.Fatalf("the call behind the outlier: %v", err)
-				}
-				if sentAfter != tt.sentAfter {
-					t.Errorf("the call behind the outlier went %v after it was made, want %v", sentAfter, tt.sentAfter)
-				}
-				if got := b.limit(); got != tt.limit {
-					t.Errorf("limit = %d, want %d: the hold is neither congestion nor demand", got, tt.limit)
-				}
-			})
-		})
-	}
-}
-
-// TestOverdueHoldsBrieflyWhereAHoldBelongs: a call is overdue (LimitLateFactor
-// − 1) / 2 × the 99th percentile latency before it is late — 1.1 × the
-// percentile at 1.2 — for no longer than half the way to late or than a caller waits,
-// and nowhere a hold would get in the way: not with lateness off, not
-// without a wait, not while slots are held (a live call is late only at
-// the slow threshold then), not for a backlog's limit under the delay
-// rule, whose rounds send many calls at once.
-func TestOverdueHoldsBrieflyWhereAHoldBelongs(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		slow := 400 * time.Millisecond
-		live := func(avg, wait time.Duration, factor float64) *limiter {
-			l := newAdaptiveLimiter(4, 1, 20, 0.5, wait, testLimiterMetrics())
-			l.lateFactor = factor
-			if avg > 0 {
-				succeed(l, avg, minTailSamples)
-			}
-			return l
-		}
-		wait := 100 * time.Millisecond
-		for _, tt := range []struct {
-			name string
-			l    *limiter
-			want time.Duration
-		}{
-			{"200 ms calls, late at 240 ms", live(200*time.Millisecond, wait, 1.2), 220 * time.Millisecond},
-			{"late factor 1.5: late at 300 ms", live(200*time.Millisecond, wait, 1.5), 250 * time.Millisecond},
-			{"a 10 ms wait", live(200*time.Millisecond, 10*time.Millisecond, 1.5), 290 * time.Millisecond},
-			// Late at half the slow threshold, 200 ms, far past 1.2 × 5 ms:
-			// the hold is still 0.1 × the percentile, not half of 195 ms.
-			{"5 ms calls", live(5*time.Millisecond, wait, 1.2), 200*time.Millisecond - 500*time.Microsecond},
-			// Late at the slow threshold, short of 1.2 × 380 ms: half the
-			// way there.
-			{"380 ms calls", live(380*time.Millisecond, wait, 1.2), 390 * time.Millisecond},
-			{"no percentile yet", live(0, wait, 1.2), 0},
-			{"lateness off", live(200*time.Millisecond, wait, 0), 0},
-			{"no wait", live(200*time.Millisecond, 0, 1.2), 0},
-		} {
-			if got := tt.l.overdueAfter(tt.l.lateAfter(slow)); got != tt.want {
-				t.Errorf("%s: overdue at %v, want %v", tt.name, got, tt.want)
-			}
-		}
-		held := live(200*time.Millisecond, wait, 1.2)
-		if err := held.acquire(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		held.releaseAfter(noSignal, time.Second)
-		if got := held.overdueAfter(held.lateAfter(slow)); got != 0 {
-			t.Errorf("a slot held: overdue at %v, want 0", got)
-		}
-		backlog := live(200*time.Millisecond, wait, 1.2)
-		backlog.delay.tolerance = 0.05
-		if got := backlog.overdueAfter(backlog.lateAfter(slow)); got != 0 {
-			t.Errorf("the delay rule on: overdue at %v, want 0", got)
-		}
-		advance(time.Second)
-	})
-}
-
-// TestCallsHeldBackAreNoDemand: callers an overdue call holds back wait
-// beside free slots, and a healthy call that returns meanwhile does not
-// take them for load the limit held back.
-func TestCallsHeldBackAreNoDemand(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.MaxAttempts = 1 }) // the limit starts at 4
-		pr := &provider{}
-		warm(t, b, pr, 200*time.Millisecond, 5) // overdue at 220 ms, late at 240
-		call := func(d time.Duration) {
-			go func() {
-				_, _ = Do(context.Background(), b.p, func(ctx context.Context) (string, error) {
-					select {
-					case <-time.After(d):
-						return "ch_1", nil
-					case <-ctx.Done():
-						return "", ctx.Err()
-					}
-				})
-			}()
-		}
-		call(230 * time.Millisecond) // overdue from 220 ms, back at 230
-		advance(25 * time.Millisecond)
-		call(200 * time.Millisecond) // back at 225 ms, during the hold
-		advance(196 * time.Millisecond)
-		call(200 * time.Millisecond) // 221 ms: held back, two slots free
-		call(200 * time.Millisecond)
-		advance(time.Second)
-		if got := b.limit(); got != 4 {
-			t.Errorf("limit = %d, want 4: two callers held beside two free slots are no demand", got)
-		}
-	})
-}

@@ -28,93 +28,17 @@ const (
 )
 
 // limiter bounds the calls in flight to one dependency. Its limit is either
-// fixed (the static bulkhead, min = max) or adapts between min and max with
-// additive increase, multiplicative decrease (AIMD), and, where the
-// demand has no bound of its own (the worker's backlog), a delay rule that
-// stops it at the dependency's capacity.
+// fixed (the static bulkhead, min = max) or adapts between min and max by
+// additive increase, multiplicative decrease (AIMD). docs/design.md, "The
+// payment limit's rules", numbers the rules, with the scenario-matrix row
+// that gets worse without each; the comments below name them L1–L7.
 //
-// # Why AIMD
-//
-// The published adaptive limits divide into delay-based ones — Vegas and
-// Gradient2 in Netflix's concurrency-limits, failsafe-go's adaptivelimiter,
-// which estimate queueing from completed calls' latency against a baseline
-// — and loss-based ones, AIMD, which react to drops. The delay-based ones
-// learn only from calls that complete: failsafe-go recomputes its limit at
-// most once a second and only after 50 samples (its defaults), Gradient2
-// and Vegas per completed sample or sample window, and failsafe-go leaves
-// timed-out calls out of its samples altogether (Permit.Drop). A hung dependency completes nothing until the attempt
-// timeout, so all of them go on admitting calls into it for at least that
-// long. This stack already has a better drop signal than latency
-// statistics: the breaker's slow-call timer fires the moment a call has
-// been in flight past the slow threshold. AIMD consumes exactly such a
-// binary signal, one per call, and reacts to it at once; Netflix's
-// AIMDLimit also counts a call slower than its timeout as a drop, but
-// only when it completes. AIMD is also the simplest to read and test.
-//
-// # The rules
-//
-//   - A healthy call (succeeded within the slow threshold) adds one to the
-//     limit, up to max, if the limit was what held the load back: every slot
-//     was taken when it completed, or a caller has found the limit reached
-//     since the last increase. An idle dependency proves nothing about its
-//     capacity, so the limit does not grow when the load does not press on
-//     it (Netflix's AIMDLimit and Gradient2 skip "app-limited" samples for
-//     the same reason). One per healthy call doubles the limit per round
-//     trip while demand exceeds it, like TCP's slow start, so a limit that
-//     starts at 4 reaches rate × latency within a few hundred milliseconds.
-//     The limit keeps what it reached while the dependency stays healthy;
-//     only congestion lowers it.
-//   - A congested call — one that ran past the slow threshold, timed out,
-//     or failed with a transient error (a 5xx, a 429, a refused
-//     connection: the provider in trouble, the breaker's failures) —
-//     multiplies the limit by backoff (at least min), the moment it is
-//     known: a call still in flight past the slow threshold counts right
-//     then, reported by the breaker's slow-call timer, and only once. A
-//     hung dependency therefore shrinks the limit below the calls it is
-//     holding before any of them completes or times out, and the slots
-//     those calls free when they time out are not handed to new calls.
-//     Under the delay rule (a backlog's limit) a congested call cuts once
-//     per round trip, and when the level it cut from was one no round had
-//     found calm, that level less one caps the way back (see adapt).
-//   - A call in flight past 1.1 × the 99th percentile of recent
-//     successful calls' latency (with the default late factor; see
-//     overdueAfter) — slower than any usual call, not yet late — holds
-//     new calls back: they wait, within the bounded
-//     wait, until it returns or turns late. Just before a hang is seen its first call is the only
-//     sign of it, and every call sent then is one more the hang holds. A
-//     hold is neither congestion nor demand: it cuts nothing, and a caller
-//     it kept waiting does not grow the limit. It is off where lateness
-//     waits for the slow threshold (slots held) and under the delay rule,
-//     whose rounds judge a queue by latency (overdueAfter).
-//   - Declines and other final answers, callers that gave up, and calls the
-//     breaker or the limit refused say nothing about capacity and leave the
-//     limit alone.
-//   - A call abandoned without an answer (timed out, or its caller left)
-//     keeps its slot for Config.AbandonedHold after it was sent: the
-//     dependency may still be working on it, and the slot is what stands
-//     for it here (releaseAfter). Held slots are a debt, not congestion:
-//     they come on top of max (top), a congestion signal halves the calls
-//     beside them and not them (decreased) — a background limit keeps one
-//     call beside them — and while any is held a live call is late only at
-//     the slow threshold (lateAfter).
-//   - When held slots fill the limit, one call at a time goes over it (a
-//     breaker probe at once, any other call once per open duration:
-//     acquireProbe), and a healthy answer — this process's, or the fleet's
-//     probe (recovered) — lifts the limit to the held slots plus one: the
-//     dependency has just shown it has room beside the calls it may still
-//     hold. Slow start goes on from there.
-//   - The delay rule (Config.LimitDelayTolerance; queueDelay): once per
-//     round — the calls sent after the last one, judged once they have
-//     all returned — their mean latency against the idle latency. More
-//     than the tolerance slower means calls queue at the dependency: the
-//     limit comes down to one less than the round's concurrency over the
-//     ratio, or to the last calm level if the round's first quarter or
-//     half was already clearly queued. Otherwise it grows for the next round to
-//     judge, by half until the first queue (slow start), then by one past
-//     the level that queue left, once per 24 rounds and half as often
-//     after each step that queued again (growRound). Without it, the
-//     limit would grow until calls turned late, far past the dependency's
-//     capacity.
+// Why AIMD: the delay-based limits (Vegas and Gradient2 in Netflix's
+// concurrency-limits, failsafe-go's adaptivelimiter) learn from calls that
+// complete, and a hung dependency completes nothing until the attempt
+// timeout. This stack has a drop signal that fires while a call is still in
+// flight (the late point, L2), and AIMD consumes exactly such a binary
+// signal, one per call, at once. It is also the simplest to read and test.
 //
 // Waiters are served in FIFO order: a slot freed by a completing call, or
 // added by an increase, goes to the caller that has waited longest.
@@ -124,26 +48,19 @@ type limiter struct {
 	backoff  float64
 	wait     time.Duration
 	// lateFactor × the 99th percentile of recent successful calls' latency
-	// (tail) is when a call still in flight is late (see lateAfter); 0
-	// turns lateness off. latency is the moving average of successful
-	// calls' latency in nanoseconds, 0 until the first: the delay rule's
-	// round trip (adapt).
+	// (tail) is when a call still in flight is late (L2, lateAfter); 0
+	// turns lateness off, so a call is late at the slow threshold.
 	lateFactor float64
 	tail       tail
-	latency    atomic.Int64
 	// holding counts the slots kept for abandoned calls, len(held), for
 	// lateAfter, which reads it without the lock. yields is set for a
-	// background policy's limit (Config.Background), which stays quick to
-	// call a call late while slots are held: it is the one that gives way.
+	// background policy's limit (Config.Background).
 	holding atomic.Int32
 	yields  bool
 
 	mu       sync.Mutex
 	limit    int
 	inFlight int
-	// overdue counts the calls in flight past overdueAfter: while any is,
-	// new calls wait for it to return or turn late.
-	overdue int
 	// starved records that a caller found the limit reached since the
 	// limit last grew: demand the in-flight count alone does not show
 	// once that caller has given up.
@@ -167,27 +84,6 @@ type limiter struct {
 	abandonedAt time.Time
 	fullSince   time.Time
 	probeEvery  time.Duration
-
-	// The delay rule (on when its tolerance is set; see queueDelay and growRound).
-	// ssthresh is the level the last queue brought the limit down to (max
-	// until the first), and probeRounds how many rounds the limit waits
-	// there before its next step past it; sinceRound counts the rounds
-	// since the limit last moved. roundEnded is set when a call ends a
-	// round, for the grow that follows. sinceGrowth counts healthy calls
-	// since the limit last grew. calmLevel is the last limit a round
-	// found not queued (0 before the first), and doubt is set when one
-	// queued round at a level that had held has not moved it yet.
-	delay       queueDelay
-	ssthresh    int
-	roundEnded  bool
-	sinceGrowth int
-	sinceRound  int
-	probeRounds int
-	calmLevel   int
-	doubt       bool
-	// cutAt is when a congestion signal last cut the limit under the
-	// delay rule.
-	cutAt time.Time
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
@@ -222,7 +118,7 @@ func newAdaptiveLimiter(initial, minLimit, maxLimit int, backoff float64, wait t
 func newLimiter(adaptive bool, initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
 	l := &limiter{
 		adaptive: adaptive, min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
-		limit: initial, ssthresh: maxLimit, probeRounds: minProbeRounds, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
+		limit: initial, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
 	}
 	l.limitGauge.Set(float64(initial))
 	return l
@@ -237,9 +133,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	}
-	if l.overdue == 0 || l.inFlight >= l.limit {
-		l.starved = true // an overdue call's hold is no demand past the limit
-	}
+	l.starved = true
 	if l.wait <= 0 {
 		l.mu.Unlock()
 		return l.reject()
@@ -352,7 +246,7 @@ func (l *limiter) endProbe() {
 // takeFree takes a slot if one is free and nobody waits for it; the limit
 // is then not full of held slots either. Call it with l.mu held.
 func (l *limiter) takeFree() bool {
-	if l.inFlight >= l.limit || len(l.waiters) > 0 || l.overdue > 0 {
+	if l.inFlight >= l.limit || len(l.waiters) > 0 {
 		return false
 	}
 	l.fullSince = time.Time{}
@@ -371,7 +265,7 @@ func (l *limiter) reject() error {
 // grant hands free slots to waiters, oldest first. Call it with l.mu held;
 // the caller updates the in-use gauge.
 func (l *limiter) grant() {
-	for len(l.waiters) > 0 && l.inFlight < l.limit && l.overdue == 0 {
+	for len(l.waiters) > 0 && l.inFlight < l.limit {
 		w := l.waiters[0]
 		l.waiters = slices.Delete(l.waiters, 0, 1)
 		l.inFlight++
@@ -421,7 +315,6 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 		}
 		if l.adaptive && l.limit > l.top() {
 			l.limit = l.top()
-			l.sinceRound = 0
 			l.limitGauge.Set(float64(l.limit))
 		}
 		l.mu.Unlock()
@@ -502,132 +395,40 @@ func (l *limiter) heldRefuses() bool {
 	return !l.abandonedAt.Before(l.healthyAt)
 }
 
-// lateAfter is how long a call may be in flight before it is late: a
+// lateAfter is how long a call may be in flight before it is late (L2): a
 // congestion signal for the limit, sent before the breaker's slow
 // threshold (slow) is reached. It is lateFactor times the 99th percentile
 // of the last successful calls' latency (tail), but never sooner than half
 // the slow threshold — a fast dependency's scheduling noise is not
 // congestion — nor later than it. Judged against what this dependency's
-// healthy calls take, a long tail is not congestion: against 1.2 × their
-// mean, a fifth of a healthy provider's calls (log-normal, median 120 ms,
-// σ 0.8, under the slow threshold) were late, each halving the limit, and
-// a third of the orders at 40/s were deferred instead of charged
-// (docs/measurements.md, the scenario matrix's rows 2 and 3). For a
-// provider answering in 200 ms ± 20 ms, the percentile is ~220 ms and a
-// hang is late at ~265 ms. Before minTailSamples calls, or outside the
-// adaptive limit, it is slow.
+// healthy calls take, a long tail is not congestion; judged against the
+// mean, it was (docs/measurements.md, the scenario matrix's rows 2 and 3).
+// Before minTailSamples calls, or outside the adaptive limit, it is slow.
 //
-// Under the delay rule (a backlog's limit) the baseline stays the moving
-// average, which the rule judges a queue by: a backlog's own queued calls
-// fill the top of its percentile, and two backlogs judged against it
-// stepped past a provider's capacity together with up to 5.6 % of their
-// calls above it, against at most 2.3 % judged against the average
-// (TestTwoBacklogsShareTheCapacity).
-//
-// It is slow too while the limit keeps slots for abandoned calls, unless
-// it is a background limit (yields): the dependency may still be working
-// on those calls after a hang, and is then slower than usual for a
-// reason the limit already counts (their slots). The situation is a
-// provider recovering from a hang while it finishes the calls given up on:
-// its capacity is partly taken by them, so live calls are slower for a
-// while without any new congestion. Late at lateFactor, those live calls
-// would halve the limit again and again, while the breaker's slow
-// threshold still tells a second hang. The scenario matrix's rows after a
-// hang (the seed's outage at 20 and 40 req/s, flapping) are where it
-// applies; its place has yet to be shown by turning it off there. A background limit's late calls are how the
-// backlog gives way to those live calls.
+// While slots are held for abandoned calls it is slow too (L6), except for
+// a background limit (yields): a provider recovering from a hang is still
+// working on the calls given up on, and is slower for a while for a reason
+// the held slots already count. Late at lateFactor, the live calls beside
+// them would halve the limit again and again (matrix row 6: 35 % of the
+// orders after the hang charged at once instead of 95 %), while the
+// slow threshold still tells a second hang. A background limit's late
+// calls are how the backlog gives way to those live calls.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
-	usual := l.tail.percentile99()
-	if l.delay.on() {
-		usual = time.Duration(l.latency.Load())
-	}
-	if !l.adaptive || l.lateFactor <= 0 || usual == 0 || (l.holding.Load() > 0 && !l.yields) {
+	p99 := l.tail.percentile99()
+	if !l.adaptive || l.lateFactor <= 0 || p99 == 0 || (l.holding.Load() > 0 && !l.yields) {
 		return slow
 	}
-	return min(max(time.Duration(float64(usual)*l.lateFactor), slow/2), slow)
+	return min(max(time.Duration(float64(p99)*l.lateFactor), slow/2), slow)
 }
 
-// overdueAfter is when a call still in flight, late at late, is overdue:
-// slower than any usual call, not yet late. From then until late it holds
-// new calls back, for half of what lateness allows past the 99th
-// percentile latency — (LimitLateFactor − 1) / 2 × the percentile, so from
-// 1.1 × it by default, ~20 ms for 200 ms calls — and for no more than half
-// the way to late, nor than a caller waits for a slot. It is 0, no hold,
-// for a limit without lateness or without a wait, before the percentile, while
-// slots are held (a call is late only at the slow threshold then), and
-// under the delay rule, whose rounds send many calls at once and judge a
-// queue by their latency.
-func (l *limiter) overdueAfter(late time.Duration) time.Duration {
-	if !l.adaptive || l.lateFactor <= 0 || l.delay.on() || l.holding.Load() > 0 {
-		return 0
-	}
-	p99 := l.tail.percentile99()
-	past := time.Duration(float64(p99)*l.lateFactor) - p99 // what lateness allows past the percentile
-	hold := min((late-p99)/2, past/2, l.wait)
-	if hold <= 0 {
-		return 0 // no percentile yet, or no wait
-	}
-	return late - hold
-}
-
-// overdueCall counts a call in flight turning overdue (true) or ending
-// that (false: it returned, or turned late or slow), and hands the slots
-// its hold kept to waiters once no call is overdue.
-func (l *limiter) overdueCall(now bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now {
-		l.overdue++
-		return
-	}
-	l.overdue--
-	l.grant()
-	l.inUse.Set(float64(l.inFlight))
-}
-
-// sending gives a call about to be sent its seat in the delay rule's
-// round (queueDelay): the zero seat when the rule is off or the round's
-// cohort is full.
-func (l *limiter) sending() seat {
-	if !l.adaptive || !l.delay.on() {
-		return seat{}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.delay.take(l.limit, l.inFlight)
-}
-
-// returned tells the limit that a call sent at sent in seat s has
-// returned, ok if it succeeded. The delay rule's round counts it; a
-// success's latency is also added to the tail lateness is judged against
-// and to the moving average (weight 1/8, like TCP's smoothed round-trip
-// time, RFC 6298) the delay rule's cuts are spaced by. Every successful
-// call counts, late ones too, so a dependency that has become slower for
-// good moves the percentile, and with it lateAfter, instead of being
-// halved for ever.
-func (l *limiter) returned(s seat, sent time.Time, ok bool) {
-	now := time.Now()
-	d := now.Sub(sent)
-	if s.n > 0 {
-		l.mu.Lock()
-		if l.delay.add(now, s, d, ok) {
-			l.roundEnded = true
-		}
-		l.mu.Unlock()
-	}
-	if !ok {
-		return
-	}
-	l.tail.add(d)
-	for {
-		old := l.latency.Load()
-		next := int64(d)
-		if old != 0 {
-			next = old + (int64(d)-old)/8
-		}
-		if l.latency.CompareAndSwap(old, max(next, 1)) {
-			return
-		}
+// returned tells the limit that a call sent at sent has returned, ok if it
+// succeeded: a success's latency joins the tail lateness is judged
+// against. Every successful call counts, late ones too, so a dependency
+// that has become slower for good moves the percentile, and with it
+// lateAfter, instead of being halved for ever.
+func (l *limiter) returned(sent time.Time, ok bool) {
+	if ok {
+		l.tail.add(time.Since(sent))
 	}
 }
 
@@ -664,8 +465,8 @@ func (l *limiter) congestedNews(now time.Time, every time.Duration) bool {
 	return true
 }
 
-// adapt moves the limit for signal s and reports whether it changed. Call
-// it with l.mu held, the signalling call still counted in flight.
+// adapt moves the limit for signal s (L1) and reports whether it changed.
+// Call it with l.mu held, the signalling call still counted in flight.
 func (l *limiter) adapt(s signal) bool {
 	if !l.adaptive {
 		return false
@@ -676,34 +477,7 @@ func (l *limiter) adapt(s signal) bool {
 		l.healthyAt = time.Now()
 		l.grow()
 	case congested:
-		// Under the delay rule a backlog's calls are sent together and
-		// turn late together, answering for one excess: they cut the
-		// limit once per round trip (the moving average of latency), as
-		// TCP reduces its window once per window of losses (RFC 5681).
-		// A level no round has found calm that went late is one past
-		// capacity: it, less one, caps slow start's way back
-		// (ssthresh). Without either, two backlogs sharing a provider
-		// stepped past it together, went late together, halved each
-		// other to 1 and started again, a fifth of their calls above
-		// capacity (TestTwoBacklogsShareTheCapacity). A cut at or below
-		// the last calm level says the provider is in trouble (errors,
-		// a hang), not where its capacity is, and leaves the measured
-		// level alone (TestErrorsDoNotLowerTheMeasuredLevel).
-		now := time.Now()
-		if l.delay.on() && now.Sub(l.cutAt) < time.Duration(l.latency.Load()) {
-			return false
-		}
 		l.limit = l.decreased()
-		if l.limit != old {
-			l.cutAt = now
-			if l.delay.on() && old > l.calmLevel {
-				l.ssthresh = min(l.ssthresh, old-1)
-			}
-			// The round under way, and one just ended, measured the
-			// limit before; the next round measures this one.
-			l.delay.restart(true)
-			l.roundEnded, l.sinceRound, l.doubt = false, 0, false
-		}
 	}
 	return l.limit != old
 }
@@ -745,116 +519,21 @@ func (l *limiter) cutFloor() int {
 	return l.min
 }
 
-// grow applies a healthy call (see adapt): the lift over held slots, then
-// one more slot if the load presses — one per healthy call below ssthresh
-// (slow start), one per round trip above it (congestion avoidance). Under
-// the delay rule growth from slowStartFrom on is the round's instead
-// (growRound).
+// grow applies a healthy call (see adapt): the lift over held slots
+// (liftOverHeld), then one more slot if the load presses on the limit —
+// every slot was taken, or a caller found it reached since it last grew.
+// An idle dependency proves nothing about its capacity (Netflix's
+// AIMDLimit skips such "app-limited" samples too). One per healthy call
+// doubles the limit per round trip while demand exceeds it, like TCP's
+// slow start. Call it with l.mu held.
 func (l *limiter) grow() {
-	roundEnded := l.roundEnded
-	l.roundEnded = false
-	l.sinceGrowth++
 	l.liftOverHeld()
-	// Callers an overdue call holds back wait beside free slots: no demand.
-	pressed := l.starved || l.inFlight >= l.limit || (l.overdue == 0 && l.inFlight+len(l.waiters) >= l.limit)
-	if l.delay.on() && l.limit >= slowStartFrom {
-		if roundEnded {
-			l.growRound(pressed)
-		}
-		return
-	}
+	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
 	if l.limit >= l.top() || !pressed {
 		return
 	}
-	if l.ssthresh < l.max && l.limit >= l.ssthresh && l.sinceGrowth < l.limit {
-		return // congestion avoidance: one per round trip
-	}
-	l.step(l.limit + 1)
-}
-
-// growRound is the delay rule's verdict on the round that just ended.
-//
-// A queue brings the limit down. Past capacity a provider's latency grows
-// with every call it holds, the live calls beside this limit's too; this
-// limit sees only its own, so its own concurrency over the ratio is the
-// most it may keep, and one less leaves the others room for their next
-// call. A round whose first quarter or half was already clearly queued
-// went past capacity by more than a call or two, and the limit goes back
-// to the last level a round found calm, when that is lower: those are the
-// calls sent first after a step, which started beside fewer calls than
-// the ones after them and read the queue as shorter than it is (paymentsim
-// fixes a charge's latency as it starts, as a busy server's queue does).
-//
-// Without a queue, and with the load pressing, the limit grows for the
-// next round to judge: by half until the first queue (slow start, all at
-// once, so that the round measures the new level and not the way up to
-// it); by half again, up to the last queue's level, when a congestion
-// signal halved it below that level (the halving answers a moment, the
-// level was measured); and by one past that level once per probeRounds
-// rounds. Each step past capacity is a round of calls above it, every one
-// of which counts, so the first such step waits minProbeRounds — longer
-// than the backlog of a 20-second outage takes to drain — and each step
-// that meets the queue again doubles the wait for the next.
-func (l *limiter) growRound(pressed bool) {
-	l.sinceRound++
-	doubt := l.doubt
-	l.doubt = false
-	if l.delay.queued() {
-		// A level at or below the last queue's that held through a round
-		// before this one: one round's word is not enough to cut it.
-		settled := l.ssthresh < l.max && l.limit <= l.ssthresh && l.sinceRound > 1
-		if settled && !l.delay.early && !doubt {
-			l.doubt = true
-			return
-		}
-		measured := min(l.limit, int(l.delay.concurrency()+0.5))
-		floor := max(l.cutFloor(), l.limit/2)
-		target := max(floor, min(l.limit-1, int(float64(measured)/l.delay.ratio()+0.5)-1))
-		if l.delay.early && l.calmLevel > 0 {
-			target = max(floor, min(target, l.calmLevel))
-		}
-		if l.ssthresh < l.max && measured <= l.ssthresh+1 {
-			l.probeRounds = min(2*l.probeRounds, maxProbeRounds)
-		} else {
-			l.probeRounds = minProbeRounds
-		}
-		l.settle(target)
-		return
-	}
-	if l.limit > l.ssthresh && l.limit < l.top() {
-		// A step past the last queue's level met none: the level holds.
-		l.ssthresh = l.limit
-		l.probeRounds = max(minProbeRounds, l.probeRounds/2)
-	}
-	l.calmLevel = l.limit
-	if !pressed || l.limit >= l.top() {
-		return
-	}
-	switch {
-	case l.ssthresh >= l.max && l.delay.idleRounds < 2:
-		return // slow start judges its steps against two idle rounds
-	case l.ssthresh >= l.max:
-		l.step(min(l.top(), max(l.limit+1, l.limit*3/2)))
-	case l.limit < l.ssthresh:
-		l.step(min(l.ssthresh, max(l.limit+1, l.limit*3/2)))
-	case l.sinceRound >= l.probeRounds:
-		l.step(l.limit + 1)
-	default:
-		return
-	}
-	l.delay.restart(false)
-	l.sinceRound = 0
-}
-
-// settle brings the limit down to level, no higher than it is, and makes
-// level the one the next steps are taken from; the next round measures
-// the calls the new limit lets through. Call it with l.mu held.
-func (l *limiter) settle(level int) {
-	l.ssthresh = level
-	down := level < l.limit
-	l.limit = min(l.limit, level)
-	l.delay.restart(down)
-	l.sinceRound = 0
+	l.limit++
+	l.starved = false
 }
 
 // top is the highest the limit may grow: max calls waited on, and the
@@ -863,13 +542,6 @@ func (l *limiter) settle(level int) {
 // would leave a process whose slots a hang filled too few for its live
 // load until the holds end. Call it with l.mu held.
 func (l *limiter) top() int { return l.max + len(l.held) }
-
-// step raises the limit to n.
-func (l *limiter) step(n int) {
-	l.limit = n
-	l.starved = false
-	l.sinceGrowth = 0
-}
 
 // current returns the limit and the calls in flight, for tests.
 func (l *limiter) current() (limit, inFlight int) {

@@ -129,7 +129,6 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
 			p.limit.lateFactor = cfg.LimitLateFactor
 			p.limit.yields = cfg.Background
-			p.limit.delay.tolerance = cfg.LimitDelayTolerance
 			p.limit.probeEvery = cfg.OpenDuration
 		}
 		p.breaker.limit = p.limit
@@ -275,63 +274,57 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 		defer p.limit.endProbe()
 	}
 	c.startClock()
-	seat := p.limit.sending()
 	sent := time.Now()
 	completed := false
 	defer func() {
 		// fn panicked (or called runtime.Goexit): free the slot and report
 		// a failure, or a half-open breaker would wait for this probe
 		// forever. A panic is a bug of ours, not the dependency's
-		// congestion, so the limit hears no signal, only that the call
-		// returned (its delay round waits for it). The panic carries on.
+		// congestion, so the limit hears no signal. The panic carries on.
 		if !completed {
-			p.limit.returned(seat, sent, false)
 			c.finish(errReportFailure, p.breaker.calls.failure)
 			p.limit.release(noSignal)
 		}
 	}()
 	if overLimit && p.probe != nil {
-		if seat, sent, err = p.probeFirst(ctx, c, seat, sent); err != nil {
+		if sent, err = p.probeFirst(ctx, c, sent); err != nil {
 			completed = true // probeFirst settled it
 			return v, false, err
 		}
 	}
 	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 	completed = true
-	return v, p.settle(ctx, c, seat, sent, timedOut, err), err
+	return v, p.settle(ctx, c, sent, timedOut, err), err
 }
 
 // probeFirst sends the policy's probe in the slot and admission of the
-// call c stands for, sent at sent on seat (Options.Probe). An answer
+// call c stands for, sent at sent (Options.Probe). An answer
 // before the slow threshold — a final one too, such as a 4xx: the
-// dependency answered — is no verdict yet: it returns a fresh seat and
-// send time for the call, whose clock it restarts, and whose outcome is
+// dependency answered — is no verdict yet: it returns a fresh send time
+// for the call, whose clock it restarts, and whose outcome is
 // what the breaker and the limit will hear, as without a probe. Any other
 // outcome is the verdict: probeFirst settles c with it and returns
 // ErrProbeFailed.
-func (p *Policy) probeFirst(ctx context.Context, c *call, s seat, sent time.Time) (seat, time.Time, error) {
+func (p *Policy) probeFirst(ctx context.Context, c *call, sent time.Time) (time.Time, error) {
 	_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, p.probe(ctx)
 	})
 	answered := err == nil || (!timedOut && ctx.Err() == nil && p.classify(err) == Final)
 	if answered && c.restartClock() {
-		// The probe's latency is not the call's: its return ends its
-		// seat in the delay rule's round, but feeds no average.
-		p.limit.returned(s, sent, false)
-		return p.limit.sending(), time.Now(), nil
+		return time.Now(), nil // the probe's latency is not the call's
 	}
-	p.settle(ctx, c, s, sent, timedOut, err)
+	p.settle(ctx, c, sent, timedOut, err)
 	// The probe's error as text, not wrapped: the call was not made, so
 	// it did not time out or fail. Only the caller's own end stays
 	// reachable.
 	if ctx.Err() != nil {
-		return s, sent, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
+		return sent, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
 	}
 	why := "answered after the slow threshold"
 	if err != nil {
 		why = err.Error()
 	}
-	return s, sent, fmt.Errorf("%w: %s", ErrProbeFailed, why)
+	return sent, fmt.Errorf("%w: %s", ErrProbeFailed, why)
 }
 
 // admit asks the breaker, then the concurrency limit, for a call: it
@@ -371,14 +364,14 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 // timed out) to the breaker and the limit, and frees its slot, at once or
 // after the abandoned-call hold. It reports whether another attempt may
 // help.
-func (p *Policy) settle(ctx context.Context, c *call, seat seat, sent time.Time, timedOut bool, err error) (retry bool) {
+func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut bool, err error) (retry bool) {
 	abandoned := timedOut || (err != nil && ctx.Err() != nil)
 	calls := &p.breaker.calls
 	// The breaker and the limit hear the same outcome, once: a call the
 	// slow timer already reported (finish returns false) is not told again.
 	// Timeouts and transient errors are congestion; successes are health;
 	// final answers and callers that gave up are neither.
-	p.limit.returned(seat, sent, err == nil)
+	p.limit.returned(sent, err == nil)
 	s := noSignal
 	switch {
 	case err == nil:
