@@ -129,8 +129,8 @@ type Config struct {
 	// pushed the dependency to its capacity does not halve the live calls'
 	// limits in other processes. News from those processes still shrinks
 	// this one's limit: the backlog yields to live calls, never the other
-	// way round — down to one call beside the slots it holds for abandoned
-	// calls (limiter.cutFloor).
+	// way round. Its calls are late at the late point even while slots
+	// are held for abandoned calls (limiter.lateAfter).
 	Background bool
 	// Rate caps the calls a second the policy sends (golang.org/x/time/rate,
 	// a bucket of one: calls are spaced evenly); a call waits for its turn,

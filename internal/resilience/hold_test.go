@@ -324,48 +324,6 @@ func TestAClosedBreakerSendsOneCallOverHeldSlotsPerOpenDuration(t *testing.T) {
 	})
 }
 
-// A backlog (a background policy, the worker's) whose one call hung gives
-// way to live calls when its calls turn late beside the held slot, but it
-// keeps a call going: a late call does not cut it back to the held slot
-// alone, where it would send one call a second until the hold ends.
-func TestABacklogKeepsACallGoingBesideItsHeldSlots(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) {
-			c.MaxAttempts = 1
-			c.AbandonedHold = DefaultConfig().AbandonedHold
-			c.LimitInitial, c.BulkheadWait = 1, 0
-			c.Background = true
-		})
-		hangN(t, b, 1)
-		if _, err := b.do(ok); !errors.Is(err, ErrBulkheadFull) {
-			t.Fatalf("err = %v, want ErrBulkheadFull: the held slot fills the limit", err)
-		}
-		advance(b.p.RetryAfter())
-		if _, err := b.do(ok); err != nil {
-			t.Fatalf("err = %v, want one call over the held slot, whose answer lifts the limit", err)
-		}
-		if limit, _ := b.p.limit.current(); limit < 2 {
-			t.Fatalf("limit %d after a fast answer over one held slot, want it lifted above it", limit)
-		}
-		// Late calls, one after another, each cut the calls beside the held
-		// slot, down to the one that stays.
-		for range 4 {
-			if _, err := b.do(slowOK); err != nil {
-				t.Fatalf("late call: %v", err)
-			}
-		}
-		if limit, _ := b.p.limit.current(); limit != 2 {
-			t.Errorf("limit %d after four late calls, want 2: the held slot and one call beside it", limit)
-		}
-		for i := range 3 {
-			if _, err := b.do(ok); err != nil {
-				t.Fatalf("call %d after the late one: %v, want a slot beside the held one", i, err)
-			}
-		}
-	})
-}
-
 // A provider that has just answered in time is busy, not failing: when a
 // slow call then shrinks the limit back under the held slots, the
 // refusals that follow do not reopen the breaker.
@@ -412,32 +370,24 @@ func TestRefusalsRightAfterAHealthyAnswerDoNotReopen(t *testing.T) {
 // held, leave sixteen after a late call (eight live calls halved), where
 // halving the whole limit would leave none for live calls until the holds
 // end. A limit the held slots fill has no live calls to halve and is
-// halved whole, as before a hang. A background limit keeps one call beside
-// the held slots (limiter.decreased).
+// halved whole, as before a hang (limiter.decreased).
 func TestCongestionHalvesTheLiveSlotsNotTheHeldOnes(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name              string
 		limit, held, want int
-		background        bool
 	}{
-		{"no held slots", 20, 0, 10, false},
-		{"twelve of twenty held", 20, 12, 16, false},
-		{"one live slot over the held", 13, 12, 12, false},
-		{"the held slots fill the limit", 12, 12, 6, false},
-		{"never below the minimum", 2, 2, 1, false},
-		// A backlog gives way, but keeps a call going beside the held slots.
-		{"background: one live slot over the held", 13, 12, 13, true},
-		{"background: twelve of twenty held", 20, 12, 16, true},
-		{"background: the held slots fill the limit", 12, 12, 6, true},
-		{"background: no held slots", 2, 0, 1, true},
+		{"no held slots", 20, 0, 10},
+		{"twelve of twenty held", 20, 12, 16},
+		{"one live slot over the held", 13, 12, 12},
+		{"the held slots fill the limit", 12, 12, 6},
+		{"never below the minimum", 2, 2, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				l := newAdaptiveLimiter(tt.limit, 1, 20, 0.5, 0, testLimiterMetrics())
-				l.yields = tt.background
 				for range tt.held {
 					if err := l.acquire(context.Background()); err != nil {
 						t.Fatal(err)
@@ -452,7 +402,6 @@ func TestCongestionHalvesTheLiveSlotsNotTheHeldOnes(t *testing.T) {
 		})
 	}
 }
-
 
 // While a call over the held slots is out, a deferred retry is told to come
 // back when that call's answer is due, not when the held slots free: a fast

@@ -260,7 +260,3 @@ func TestCongestedFromElsewhereAtMostOncePerSecond(t *testing.T) {
 		}
 	})
 }
-
-
-
-

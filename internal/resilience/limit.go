@@ -483,40 +483,18 @@ func (l *limiter) adapt(s signal) bool {
 }
 
 // decreased is the limit after a congestion signal: backoff times the
-// calls it lets in, not times the slots it keeps for abandoned calls
-// (releaseAfter). Those calls were sent before this signal and end with
-// their hold whatever the limit says: cutting them would only cut the
-// live calls beside them, all of them once the held slots are half the
-// limit. A limit already full of held slots has no live calls to spare,
-// and is cut whole, so that it does not outlive the holds at the size it
-// had before a hang. Call it with l.mu held.
-//
-// A background limit keeps one call beside its held slots (cutFloor).
+// calls it lets in beside the slots it keeps for abandoned calls
+// (releaseAfter), not times those slots. Those calls were sent before this
+// signal and end with their hold whatever the limit says: cutting them
+// would only cut the live calls beside them. A limit already full of held
+// slots has no live calls to spare, and is cut whole, so that it does not
+// outlive the holds at the size it had before a hang. Call it with l.mu
+// held.
 func (l *limiter) decreased() int {
 	if n := len(l.held); n < l.limit {
-		return max(l.cutFloor(), n+int(float64(l.limit-n)*l.backoff))
+		return max(l.min, n+int(float64(l.limit-n)*l.backoff))
 	}
 	return max(l.min, int(float64(l.limit)*l.backoff))
-}
-
-// cutFloor is the least a cut leaves a limit with live calls beside its
-// held slots: min, and for a background limit (yields) one call beside
-// those slots. A background limit's late calls, its delay rule's queued
-// rounds and the fleet's congestion news are how it gives way to live
-// calls beside a provider still busy with calls it held (lateAfter), not
-// news of a hang; cut to the held slots alone it would send one call per
-// open duration until the holds end (acquireProbe). In the seed outage at
-// 40 req/s one reconciliation listing the hang held kept the worker at that
-// pace for up to six seconds after the live load had gone. A provider that
-// hangs again gets a few more calls than it would without the floor: each
-// call beside the held slots is held in its turn, a freed hold's slot goes
-// to a waiting call, and the breaker opens on them as on any hang. Call it
-// with l.mu held.
-func (l *limiter) cutFloor() int {
-	if n := len(l.held); l.yields && n < l.limit {
-		return max(l.min, n+1)
-	}
-	return l.min
 }
 
 // grow applies a healthy call (see adapt): the lift over held slots
