@@ -131,8 +131,8 @@ func TestRunDerive(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 5 || lines[0] != "PAYMENT_ATTEMPT_TIMEOUT=2.82s" {
-		t.Errorf("derive printed %q, want five assignments, the attempt timeout first", lines)
+	if len(lines) != 7 || lines[0] != "PAYMENT_ATTEMPT_TIMEOUT=2.82s" {
+		t.Errorf("derive printed %q, want seven assignments, the attempt timeout first", lines)
 	}
 	stdout.Reset()
 	if err := run(t.Context(), []string{"experiment", "derive", "-note", "-median", "600ms", "-sigma", "0.5", "-rate", "40"}, os.Getenv, &stdout, &stderr); err != nil {

@@ -134,7 +134,7 @@ func TestCallerDeadlineFallsBackWhileTheRequestFillsTheCache(t *testing.T) {
 		b := setup(t, nil)
 		b.lookup(t, "SKU-1")
 		b.cat.set(func(f *fakeCatalog) {
-			f.delay = 300 * time.Millisecond
+			f.delay = 200 * time.Millisecond // under the attempt timeout
 			f.prices["SKU-1"] = Price{UnitPrice: 1399, Currency: "USD"}
 		})
 		advance(b.cfg.TTL)
@@ -145,7 +145,7 @@ func TestCallerDeadlineFallsBackWhileTheRequestFillsTheCache(t *testing.T) {
 		if err != nil || !q.Stale || q.Prices["SKU-1"].UnitPrice != 1299 || q.Age != b.cfg.TTL+100*time.Millisecond {
 			t.Fatalf("caller deadline before the answer: got %+v, %v; want the old price, stale", q, err)
 		}
-		advance(200 * time.Millisecond)
+		advance(100 * time.Millisecond)
 		q = b.lookup(t, "SKU-1")
 		if q.Stale || q.Prices["SKU-1"].UnitPrice != 1399 || b.cat.callCount() != 2 {
 			t.Errorf("after the request finished: got %+v after %d calls, want the new price cached by it", q, b.cat.callCount())
@@ -289,7 +289,7 @@ func TestBulkheadFullFallsBack(t *testing.T) {
 		})
 		b.lookup(t, "SKU-2")
 		advance(b.cfg.TTL)
-		b.cat.set(func(f *fakeCatalog) { f.delay = 300 * time.Millisecond })
+		b.cat.set(func(f *fakeCatalog) { f.delay = 200 * time.Millisecond })
 		go b.svc.Lookup(t.Context(), []string{"SKU-1"}) // holds the only slot
 		synctest.Wait()
 
@@ -301,6 +301,6 @@ func TestBulkheadFullFallsBack(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, resilience.ErrBulkheadFull) {
 			t.Errorf("cold SKU, bulkhead full: got %v, want ErrUnavailable wrapping ErrBulkheadFull", err)
 		}
-		advance(300 * time.Millisecond)
+		advance(200 * time.Millisecond)
 	})
 }

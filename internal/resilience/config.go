@@ -228,18 +228,19 @@ func (c Config) MaxConcurrency() int {
 	return c.LimitMax
 }
 
-// DefaultConfig returns the defaults docs/design.md, "Defaults" fixes, which are the demo
-// values of the article the project follows.
+// DefaultConfig returns the defaults docs/design.md, "Defaults" fixes: the
+// article's demo values, for a provider answering in ~200 ms at p99, and
+// ours where the article has none. docs/operations.md, "Choosing the
+// settings for your provider", derives each from a provider's measured
+// latency and published limits.
 func DefaultConfig() Config {
 	return Config{
 		Mode:           ModeProtected,
-		AttemptTimeout: 500 * time.Millisecond, // article: per-attempt timeout 500 ms
+		AttemptTimeout: 500 * time.Millisecond, // article: 500 ms
 
 		MaxAttempts: 2,                     // article: 2 attempts at most
 		BackoffBase: 50 * time.Millisecond, // article: full jitter from 50 ms
-		// With two attempts only the first step (≤ 50 ms) is ever used; the
-		// cap matters only for callers that raise MaxAttempts.
-		BackoffMax: time.Second,
+		BackoffMax:  time.Second,           // used only by callers that raise MaxAttempts
 
 		WindowSize:        10,                     // article: the last 10 calls
 		MinCalls:          10,                     // article: 10
@@ -247,98 +248,41 @@ func DefaultConfig() Config {
 		SlowCallThreshold: 400 * time.Millisecond, // article: 400 ms
 		SlowCallRate:      0.5,                    // article: 50 %
 
-		OpenDuration: time.Second, // article: 1 s
-		// Not in the article, which runs one replica. A fifth of the open
-		// duration spreads replicas' probes without keeping a recovered
-		// provider waiting much longer.
-		OpenJitter:     200 * time.Millisecond,
-		HalfOpenProbes: 3, // article: 3
-		// Not in the article. A call we timed out on is not a call the
-		// provider finished: paymentsim keeps each call of the seed outage
-		// for its full 10 s, and a real provider that does not notice its
-		// client leaving does the same for as long as its own request
-		// timeout. Holding their slots keeps what this process has at the
-		// provider bounded by its limit while they may still be there; a
-		// probe answered fast shows the provider has room beside them.
-		// 10 s is the seed outage's latency, and is the setting to change
-		// for a real provider: its request timeout, if it publishes one.
-		// Fast failures (5xx, refused connections) abandon nothing.
-		AbandonedHold: 10 * time.Second,
-		// Not in the article, whose outage lasts 3 s. Doubling from 1 s,
-		// a failed probe costs 1.5–2 s of waiting, then 3–4, 6–8, and 7.5–10 s
-		// from the fourth on: a ten-minute outage is probed about 60 times
-		// instead of 500, and a provider that recovers is found within 10 s
-		// (docs/design.md, "Defaults", open-time growth).
+		OpenDuration:   time.Second, // article: 1 s
+		HalfOpenProbes: 3,           // article: 3
+		// A fifth of the open duration spreads replicas' probes without
+		// keeping a recovered provider waiting much longer.
+		OpenJitter: 200 * time.Millisecond,
+		// Doubling from 1 s after each hung probe: a ten-minute outage is
+		// probed about 60 times instead of 500, and a recovered provider is
+		// found within 10 s.
 		OpenMax: 10 * time.Second,
+		// How long a provider may keep working on a call we gave up on: its
+		// own request timeout, if it publishes one. paymentsim's hang lasts
+		// 10 s, as the seed outage's does.
+		AbandonedHold: 10 * time.Second,
 
-		Limit: LimitAdaptive, // docs/design.md, "Defaults": adaptive by default
-		// Half a healthy call (~200 ms). Until the first call of a fresh
-		// process completes, no limit has evidence that the provider can
-		// take more than its initial 4: at 40 req/s those are taken by
-		// 75 ms and the orders due from 100 ms on must wait for the first
-		// completion, at ~200 ms, and the slots it adds. With 50 ms, the
-		// article's demo value, 3 of 240 orders are deferred in that cold
-		// start (TestAdaptiveLimitColdStartAt40PerSecond), with 100 ms none
-		// there and 1 of 240 in the experiment's healthy 40 req/s run (239 ×
-		// 201; the static 4 slots: 122 × 201). Waiting longer only delays
-		// the fallback while hung calls hold the slots, until the breaker
-		// opens.
+		Limit: LimitAdaptive,
+		// Half a healthy call: a fresh process's first calls wait for the
+		// first completions to grow the limit, and a longer wait only
+		// delays the fallback while hung calls hold the slots.
 		BulkheadWait: 100 * time.Millisecond,
-		BulkheadSize: 4, // article: 4 concurrent calls (the static limit)
-
-		// docs/design.md, "Defaults": the adaptive limit starts where the article's bulkhead
-		// sits, 4, which is right at 20 req/s and grows within a few round
-		// trips when the load needs more (4 → 12 within the first second of
-		// the healthy 40 req/s run).
+		BulkheadSize: 4, // article: 4 (the static limit)
+		// Where the article's bulkhead sits, right for 20 req/s × 200 ms;
+		// slow start doubles it per round trip when the load needs more.
 		LimitInitial: 4,
-		// The floor is what a congested provider still gets from this
-		// process: the calls a half-open breaker's probes can make into a
-		// provider that still hangs, each held for the whole hang (the
-		// simulator, like a real provider, keeps working on calls whose
-		// client gave up). One is the least. The price is a slower
-		// recovery: the breaker's 3 probes go one at a time at first, so in
-		// the 20 req/s outage run 13–14 orders due after the outage got 202
-		// (9 with a floor of 3, in the one run we could measure; 6 with the
-		// static 4 slots) — all of them paid by the worker within seconds.
+		// The calls a congested provider still gets from this process, the
+		// least there is.
 		LimitMin: 1,
-		// The ramp's peak, 80 req/s × 0.2 s = 16 calls in flight, plus a
-		// quarter for jitter: in the experiment's ramp the limit rose from
-		// 4 to 17 and every one of the 900 orders was answered 201 (the
-		// static 4 slots: 385). It is also the HTTP client's connection cap
-		// (MaxConcurrency), so it bounds what one process can ever pile on
-		// the provider.
+		// 80 req/s × 200 ms = 16 in flight, plus a quarter for jitter. It is
+		// also the HTTP client's connection cap (MaxConcurrency).
 		LimitMax: 20,
-		// Halve per congested call, TCP's multiplicative decrease (RFC
-		// 5681), the low end of the [0.5, 1) Netflix's AIMDLimit accepts
-		// (its default is 0.9). Each hung call reports once, at the slow
-		// threshold, so a hang halves checkout's limit once per call it
-		// holds (a backlog's, under the delay rule, once per round trip):
-		// in the 20 req/s outage run it fell 6 → 3 → 1 within 50 ms, 0.45 s
-		// into the hang, while its 6 hung calls were still in flight (with
-		// 0.9: 5 slow calls, 6 → 5 → 4 → 3 → 2 → 1; from the ramp's 17, 12
-		// instead of 4). A provider slowed by its own queue needs its load
-		// cut decisively, which is why TCP halves. A lone slow outlier costs
-		// one halving, regained one slot per healthy call while the load
-		// presses on the limit.
+		// TCP's multiplicative decrease (RFC 5681), the low end of the
+		// [0.5, 1) Netflix's AIMDLimit accepts: a provider slowed by its
+		// own queue needs its load cut decisively.
 		LimitBackoff: 0.5,
-		// A call a fifth slower than the 99th percentile of the provider's
-		// recent successful calls is late. Vegas and Gradient2 compare
-		// completed calls' latency with a baseline; this compares calls
-		// still in flight with it, so a provider that hangs is noticed at
-		// ~265 ms (200 ms ± 20 ms calls, p99 ~222 ms) instead of the
-		// breaker's 400 ms, and new calls are held back from ~245 ms
-		// (overdue, limiter). Every call sent before that is a call the hung
-		// provider holds: at 20 req/s, one call each 50 ms, the first wave
-		// is 5 calls, which leaves room for the breaker's probe at the open
-		// time within the 6 calls of docs/design.md, "After an outage" (a
-		// sixth, sent 250 ms in, went out in about one seed outage of three
-		// when lateness came at 250 ms with no hold before it). The baseline
-		// is a percentile, not the mean, because healthy providers have long
-		// tails: judged against 1.2 × the mean, a fifth of the calls of a
-		// provider answering log-normally (median 120 ms, σ 0.8, all under
-		// the slow threshold) were late, and a third of the orders at 40
-		// req/s were deferred (docs/measurements.md, scenario matrix rows 2
-		// and 3); against 1.2 × p99 none are.
+		// A fifth past the slowest healthy calls (their 99th percentile):
+		// ~265 ms for 200 ms ± 20 ms calls, before the breaker's 400 ms.
 		LimitLateFactor: 1.2,
 	}
 }

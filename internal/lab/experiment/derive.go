@@ -25,6 +25,12 @@ type Settings struct {
 	// takes as long as the p99; APIPool is the same, as every such request holds an API slot.
 	LimitMax int
 	APIPool  int
+	// LimitInitial is Little's law at the median — rate × p50 — the calls in flight the load
+	// needs at first: starting lower, the limit grows one slot per healthy call, which takes
+	// seconds when a call takes 600 ms. BulkheadWait is half the median, as the demo's 100 ms
+	// is half its 200 ms calls: a call waits for a slot about as long as one frees.
+	LimitInitial int
+	BulkheadWait time.Duration
 }
 
 // DeriveSettings derives Settings for a provider whose latency is log-normal with the given
@@ -42,6 +48,8 @@ func DeriveSettings(median time.Duration, sigma, rate float64) Settings {
 		Budget:         up(p999),
 		LimitMax:       inFlight,
 		APIPool:        inFlight,
+		LimitInitial:   min(inFlight, int(math.Ceil(rate*median.Seconds()))),
+		BulkheadWait:   up(median / 2),
 	}
 }
 
@@ -53,6 +61,8 @@ func (s Settings) Env() []string {
 		"PAYMENT_BUDGET=" + s.Budget.String(),
 		"PAYMENT_LIMIT_MAX=" + strconv.Itoa(s.LimitMax),
 		"API_POOL_SIZE=" + strconv.Itoa(s.APIPool),
+		"PAYMENT_LIMIT_INITIAL=" + strconv.Itoa(s.LimitInitial),
+		"PAYMENT_BULKHEAD_WAIT=" + s.BulkheadWait.String(),
 	}
 }
 
@@ -60,9 +70,10 @@ func (s Settings) Env() []string {
 func (s Settings) Note(median time.Duration, sigma, rate float64) string {
 	return fmt.Sprintf("settings derived from the latency (log-normal, median %v, σ %s; a quantile is median · exp(z·σ)): "+
 		"PAYMENT_ATTEMPT_TIMEOUT = p99.9 = %v, BREAKER_SLOW_CALL_THRESHOLD = p99 = %v, PAYMENT_BUDGET = one attempt = %v, "+
-		"PAYMENT_LIMIT_MAX = API_POOL_SIZE = rate × p99 = %s × %v = %d (Little's law at the tail)",
+		"PAYMENT_LIMIT_MAX = API_POOL_SIZE = rate × p99 = %s × %v = %d (Little's law at the tail), "+
+		"PAYMENT_LIMIT_INITIAL = rate × p50 = %d (at the median), PAYMENT_BULKHEAD_WAIT = p50 / 2 = %v",
 		median, strconv.FormatFloat(sigma, 'f', -1, 64), s.AttemptTimeout, s.SlowThreshold, s.Budget,
-		strconv.FormatFloat(rate, 'f', -1, 64), s.SlowThreshold, s.LimitMax)
+		strconv.FormatFloat(rate, 'f', -1, 64), s.SlowThreshold, s.LimitMax, s.LimitInitial, s.BulkheadWait)
 }
 
 // LogNormalQuantile returns the p-quantile (0 < p < 1) of a log-normal latency of the given

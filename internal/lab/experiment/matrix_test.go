@@ -143,13 +143,15 @@ func TestDeriveSettings(t *testing.T) {
 		Budget:         2820 * time.Millisecond,
 		LimitMax:       77, // 40/s × 1.92 s
 		APIPool:        77,
+		LimitInitial:   24, // 40/s × 0.6 s
+		BulkheadWait:   300 * time.Millisecond,
 	}
 	if s != want {
 		t.Errorf("DeriveSettings = %+v, want %+v", s, want)
 	}
 	env := strings.Join(s.Env(), " ")
 	for _, kv := range []string{"PAYMENT_ATTEMPT_TIMEOUT=2.82s", "BREAKER_SLOW_CALL_THRESHOLD=1.93s", "PAYMENT_BUDGET=2.82s",
-		"PAYMENT_LIMIT_MAX=77", "API_POOL_SIZE=77"} {
+		"PAYMENT_LIMIT_MAX=77", "API_POOL_SIZE=77", "PAYMENT_LIMIT_INITIAL=24", "PAYMENT_BULKHEAD_WAIT=300ms"} {
 		if !strings.Contains(env, kv) {
 			t.Errorf("Env() = %s, want %s", env, kv)
 		}
