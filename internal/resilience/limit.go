@@ -15,23 +15,16 @@ import (
 type signal uint8
 
 const (
-	// noSignal: the call says nothing about the dependency's capacity (a
-	// final answer such as a decline, or the caller gave up), or it has
-	// already said it (reported slow while still in flight).
-	noSignal signal = iota
-	// healthy: the call succeeded within the slow threshold.
-	healthy
-	// congested: the call ran past the slow threshold, timed out or failed
-	// with a transient error. For a congestion-control algorithm this is a
-	// drop.
-	congested
+	noSignal  signal = iota // a final answer, a caller that gave up, or already said in flight
+	healthy                 // succeeded before it was late
+	congested               // late, timed out or a transient error: a drop, for AIMD
 )
 
 // limiter bounds the calls in flight to one dependency. Its limit is either
 // fixed (the static bulkhead, min = max) or adapts between min and max by
 // additive increase, multiplicative decrease (AIMD). docs/design.md, "The
 // payment limit's rules", numbers the rules, with the scenario-matrix row
-// that gets worse without each; the comments below name them L1–L7.
+// that gets worse without each; the comments below name them L1–L8.
 //
 // Why AIMD: the delay-based limits (Vegas and Gradient2 in Netflix's
 // concurrency-limits, failsafe-go's adaptivelimiter) learn from calls that
@@ -52,11 +45,8 @@ type limiter struct {
 	// turns lateness off, so a call is late at the slow threshold.
 	lateFactor float64
 	tail       tail
-	// holding counts the slots kept for abandoned calls, len(held), for
-	// lateAfter, which reads it without the lock. yields is set for a
-	// background policy's limit (Config.Background).
-	holding atomic.Int32
-	yields  bool
+	holding    atomic.Int32 // len(held), for lateAfter, which reads it without the lock
+	yields     bool         // a background policy's limit (Config.Background)
 
 	mu       sync.Mutex
 	limit    int
@@ -66,22 +56,17 @@ type limiter struct {
 	// once that caller has given up.
 	starved bool
 	waiters []*waiter
-	// held holds, in order, when each slot kept by releaseAfter frees.
-	held []time.Time
-	// newsAt is when other processes' congestion news last lowered the
-	// limit (congestedNews); zero before the first.
-	newsAt time.Time
+	held    []time.Time // when each slot kept by releaseAfter frees, in order
+	newsAt  time.Time   // when other processes' news last lowered the limit
 	// probing is set while a call holds the slot over the limit
 	// (acquireProbe), probedAt when the last one took it, and fullSince
 	// since when the limit has been full of held slots (zero when it is
 	// not); probeEvery is how long a call that is not a breaker's probe
 	// waits after either (Config.OpenDuration).
-	probing  bool
-	probedAt time.Time
-	// healthyAt is when a call last came back healthy, abandonedAt when
-	// one was last given up on (releaseAfter).
-	healthyAt   time.Time
-	abandonedAt time.Time
+	probing     bool
+	probedAt    time.Time
+	healthyAt   time.Time // when a call last came back healthy
+	abandonedAt time.Time // when a call was last given up on
 	fullSince   time.Time
 	probeEvery  time.Duration
 
@@ -175,16 +160,14 @@ func (l *limiter) acquire(ctx context.Context) error {
 	return err
 }
 
-// acquireProbe is acquire, except when every slot is kept for an abandoned
-// call (see releaseAfter): then one call at a time takes a slot over the limit
-// instead of waiting for a hold to end — a breaker's probe (probe reports
-// whether the call is one) at once, any other call only once the limit
-// has been full of held slots for probeEvery and as long since the last
-// such call. Those calls are the
-// dependency's business only if it still holds them, and its answer to
-// this one is what tells: a fast answer lifts the limit above the held
-// slots (grow), a hung one is held in turn. over reports whether the
-// call's slot is over the limit; the caller then calls endProbe when the
+// acquireProbe is acquire, except when every slot is held for an abandoned
+// call (L4): then one call at a time takes a slot over the limit instead
+// of waiting for the holds to end — a breaker's probe (probe reports
+// whether the call is one) at once, any other call once the limit has
+// been full for probeEvery and as long since the last such call. Its
+// answer tells whether the dependency still holds those calls: a fast one
+// lifts the limit above them (liftOverHeld), a hung one is held in turn.
+// over reports a slot over the limit; the caller calls endProbe when the
 // call returns.
 func (l *limiter) acquireProbe(ctx context.Context, probe func() bool) (over bool, err error) {
 	l.mu.Lock()
@@ -212,11 +195,10 @@ func (l *limiter) acquireProbe(ctx context.Context, probe func() bool) (over boo
 	return false, l.acquire(ctx)
 }
 
-// probeWait is how long until a call that is not a breaker's probe may
-// take the slot over a limit full of held slots, or -1 when that is not
-// what holds calls back: the limit is not full of held slots, a call holds
-// that slot already, or the limit is static, whose size is fixed. Call it
-// with l.mu held.
+// probeWait is how long until a call that is not a breaker's probe may go
+// over a limit full of held slots, or -1 when nothing of the kind holds
+// calls back (not full of held slots, a call already over, or static).
+// Call it with l.mu held.
 func (l *limiter) probeWait(now time.Time) time.Duration {
 	if !l.adaptive || len(l.held) < l.limit || l.inFlight < l.limit {
 		l.fullSince = time.Time{}
@@ -235,8 +217,8 @@ func (l *limiter) probeWait(now time.Time) time.Duration {
 	return max(l.probeEvery-now.Sub(from), 0)
 }
 
-// endProbe ends a probe's claim on the slot over the limit, so the next
-// probe can have it; the slot itself is freed by release or releaseAfter.
+// endProbe frees the claim on the slot over the limit for the next call;
+// the slot itself is freed by release or releaseAfter.
 func (l *limiter) endProbe() {
 	l.mu.Lock()
 	l.probing = false
@@ -288,10 +270,10 @@ func (l *limiter) release(s signal) {
 	l.mu.Unlock()
 }
 
-// releaseAfter applies s like release, but the slot stays taken for d more:
+// releaseAfter applies s like release, but keeps the slot for d more (L3):
 // the call was abandoned (timed out, or its caller left) and the dependency
-// may still be working on it (Config.AbandonedHold). Slots so held keep
-// new calls, the breaker's probes included, from piling onto those calls.
+// may still be working on it (Config.AbandonedHold), so new calls, probes
+// included, do not pile onto it.
 func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	if d <= 0 {
 		l.release(s)
@@ -323,14 +305,10 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 }
 
 // retryIn is how long until a call may get a slot, for RetryAfter: 0 when
-// the calls in flight will return and free theirs. When every slot is kept
-// for an abandoned call (see releaseAfter) it is until a call may go over
-// the limit (probeWait) or, while such a call is out, until its answer is
-// due — answerWithin after it was sent, the attempt timeout: a fast answer
-// lifts the limit, a hung one is held and the next call over the limit
-// waits for probeWait. The held slots themselves may take the whole
-// AbandonedHold to free, and a caller told to wait that long would not
-// notice a dependency that recovered long before.
+// calls in flight will free theirs. When held slots fill the limit it is
+// until a call may go over it (probeWait), or, while one is out, until its
+// answer is due (answerWithin after it went) — not until the holds end,
+// which would hide a dependency that recovered long before.
 func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -349,10 +327,9 @@ func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	return wait
 }
 
-// recovered applies another process's fast answer from the dependency
-// (the fleet's probe, see Policy.Release) as grow applies one of this
-// process's: a limit full of held slots is lifted to them plus one, and
-// refusals are no longer the dependency's doing (heldRefuses).
+// recovered applies the fleet's probe's fast answer (Policy.Release) as
+// grow applies this process's: a limit full of held slots is lifted above
+// them, and refusals are no longer the dependency's doing (heldRefuses).
 func (l *limiter) recovered() {
 	if !l.adaptive {
 		return
@@ -367,10 +344,9 @@ func (l *limiter) recovered() {
 	}
 }
 
-// liftOverHeld lifts a limit that every slot held for an abandoned call
-// fills to those slots plus one, and reports whether it did: the
-// dependency has just answered a call in time, so it has room for them and
-// one more, whatever it did with them. Call it with l.mu held.
+// liftOverHeld lifts a limit full of held slots to those slots plus one and
+// reports whether it did: the dependency has just answered in time, so it
+// has room beside them (L4). Call it with l.mu held.
 func (l *limiter) liftOverHeld() bool {
 	n := len(l.held)
 	if n < l.limit {
@@ -380,12 +356,12 @@ func (l *limiter) liftOverHeld() bool {
 	return true
 }
 
-// heldRefuses reports whether a refusal now is the dependency's doing:
-// every slot is kept for a call it never answered, and the last call to
-// end was such a call rather than one answered in time. A dependency
-// whose calls come back in time again is busy, not failing: the calls it
-// held earlier are why the limit is full, and a refusal then must not
-// open the breaker (see attempt).
+// heldRefuses reports whether a refusal now is the dependency's doing (L7):
+// every slot is held for a call it never answered, and none has come back
+// in time since. The breaker then counts the refusal as a failure, so that
+// it opens, and tells the fleet, although the limit leaves it too few
+// calls to judge. A dependency answering in time again is busy, not
+// failing.
 func (l *limiter) heldRefuses() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -395,24 +371,19 @@ func (l *limiter) heldRefuses() bool {
 	return !l.abandonedAt.Before(l.healthyAt)
 }
 
-// lateAfter is how long a call may be in flight before it is late (L2): a
-// congestion signal for the limit, sent before the breaker's slow
-// threshold (slow) is reached. It is lateFactor times the 99th percentile
-// of the last successful calls' latency (tail), but never sooner than half
-// the slow threshold — a fast dependency's scheduling noise is not
-// congestion — nor later than it. Judged against what this dependency's
-// healthy calls take, a long tail is not congestion; judged against the
-// mean, it was (docs/measurements.md, the scenario matrix's rows 2 and 3).
-// Before minTailSamples calls, or outside the adaptive limit, it is slow.
+// lateAfter is how long a call may be in flight before it is late (L2), a
+// congestion signal sent before the breaker's slow threshold: lateFactor ×
+// the 99th percentile of recent successful calls, kept between half the
+// slow threshold and it. Judged against what this dependency's healthy
+// calls take, a long tail is not congestion. Before minTailSamples calls,
+// or outside the adaptive limit, it is slow.
 //
-// While slots are held for abandoned calls it is slow too (L6), except for
-// a background limit (yields): a provider recovering from a hang is still
-// working on the calls given up on, and is slower for a while for a reason
-// the held slots already count. Late at lateFactor, the live calls beside
-// them would halve the limit again and again (matrix row 6: 35 % of the
-// orders after the hang charged at once instead of 95 %), while the
-// slow threshold still tells a second hang. A background limit's late
-// calls are how the backlog gives way to those live calls.
+// While slots are held it is slow too (L6), except for a background limit
+// (yields): a provider still working on calls given up on in a hang is
+// slower for a while for a reason the held slots already count, and late
+// at lateFactor the live calls beside them would halve the limit again and
+// again; the slow threshold still tells a second hang. A background
+// limit's late calls are how the backlog gives way to them.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	p99 := l.tail.percentile99()
 	if !l.adaptive || l.lateFactor <= 0 || p99 == 0 || (l.holding.Load() > 0 && !l.yields) {
@@ -421,19 +392,17 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	return min(max(time.Duration(float64(p99)*l.lateFactor), slow/2), slow)
 }
 
-// returned tells the limit that a call sent at sent has returned, ok if it
-// succeeded: a success's latency joins the tail lateness is judged
-// against. Every successful call counts, late ones too, so a dependency
-// that has become slower for good moves the percentile, and with it
-// lateAfter, instead of being halved for ever.
+// returned adds a successful call's latency to the tail lateness is judged
+// against. Late successes count too, so a dependency that has become
+// slower for good moves the percentile instead of being halved for ever.
 func (l *limiter) returned(sent time.Time, ok bool) {
 	if ok {
 		l.tail.add(time.Since(sent))
 	}
 }
 
-// congested applies a congestion signal from a call still in flight: the
-// call's timer calls it the moment the call is late (see lateAfter).
+// congested applies the signal of a call still in flight, from its timer
+// the moment it is late.
 func (l *limiter) congested() {
 	if !l.adaptive {
 		return
@@ -445,9 +414,8 @@ func (l *limiter) congested() {
 	l.mu.Unlock()
 }
 
-// congestedNews applies a congestion signal another process sent, unless
-// such news already lowered the limit less than every ago, and reports
-// whether the limit moved.
+// congestedNews applies another process's congestion signal (L8), at most
+// once per every, and reports whether the limit moved.
 func (l *limiter) congestedNews(now time.Time, every time.Duration) bool {
 	if !l.adaptive {
 		return false
@@ -482,14 +450,11 @@ func (l *limiter) adapt(s signal) bool {
 	return l.limit != old
 }
 
-// decreased is the limit after a congestion signal: backoff times the
-// calls it lets in beside the slots it keeps for abandoned calls
-// (releaseAfter), not times those slots. Those calls were sent before this
-// signal and end with their hold whatever the limit says: cutting them
-// would only cut the live calls beside them. A limit already full of held
-// slots has no live calls to spare, and is cut whole, so that it does not
-// outlive the holds at the size it had before a hang. Call it with l.mu
-// held.
+// decreased is the limit after a congestion signal (L1, L3): backoff times
+// the calls beside the held slots, not times those slots, which were sent
+// before the signal and end with their hold whatever the limit says. A
+// limit full of held slots has no live calls to spare and is cut whole.
+// Call it with l.mu held.
 func (l *limiter) decreased() int {
 	if n := len(l.held); n < l.limit {
 		return max(l.min, n+int(float64(l.limit-n)*l.backoff))
@@ -497,13 +462,12 @@ func (l *limiter) decreased() int {
 	return max(l.min, int(float64(l.limit)*l.backoff))
 }
 
-// grow applies a healthy call (see adapt): the lift over held slots
-// (liftOverHeld), then one more slot if the load presses on the limit —
-// every slot was taken, or a caller found it reached since it last grew.
-// An idle dependency proves nothing about its capacity (Netflix's
-// AIMDLimit skips such "app-limited" samples too). One per healthy call
-// doubles the limit per round trip while demand exceeds it, like TCP's
-// slow start. Call it with l.mu held.
+// grow applies a healthy call (L1): the lift over held slots, then one more
+// slot if the load presses on the limit — every slot taken, or a caller
+// found it reached since it last grew. An idle dependency proves nothing
+// about its capacity (Netflix's AIMDLimit skips such samples too). One per
+// healthy call doubles the limit per round trip, like TCP's slow start.
+// Call it with l.mu held.
 func (l *limiter) grow() {
 	l.liftOverHeld()
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
@@ -514,11 +478,10 @@ func (l *limiter) grow() {
 	l.starved = false
 }
 
-// top is the highest the limit may grow: max calls waited on, and the
-// slots kept for abandoned calls besides them. Those calls hold no
-// connection here and no caller waits on them; counting them against max
-// would leave a process whose slots a hang filled too few for its live
-// load until the holds end. Call it with l.mu held.
+// top is the highest the limit may grow (L3): max calls waited on, plus
+// the held slots, which hold no connection and no caller; counted against
+// max they would leave too few slots for the live load until they end.
+// Call it with l.mu held.
 func (l *limiter) top() int { return l.max + len(l.held) }
 
 // current returns the limit and the calls in flight, for tests.
