@@ -94,7 +94,7 @@ func TestCatalogOutageServesStalePrices(t *testing.T) {
 	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "20ms"})
 	cat := process.StartBinary(t, binary("catalogsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	checkout := process.StartBinary(t, binary("checkout"), nil, map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL,
 		"CATALOG_URL": cat.URL, "CATALOG_TTL": "2s",
 	})
 	const sku1 = `[{"sku":"SKU-1","quantity":2,"unit_price":1299}]`

@@ -173,7 +173,7 @@ func startSoak(t *testing.T) *soak {
 	// The load comes from one address; checkout's per-client rate limit
 	// (6000 a minute) would refuse a soak above 100 orders/s, so it is off:
 	// the soak measures the protection stack and the invariants, not it.
-	s.env = map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": multiHostURL(proxied...), "PAYMENT_URL": s.sim.URL, "RATE_LIMIT": "0"}
+	s.env = map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": multiHostURL(proxied...), "STRIPE_API_BASE": s.sim.URL, "RATE_LIMIT": "0"}
 	s.startCheckout()
 	for range 2 {
 		s.workers = append(s.workers, s.startWorker())

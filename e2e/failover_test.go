@@ -272,10 +272,10 @@ func runFailover(t *testing.T, primary, standby *cluster, db *pgxpool.Pool, lag 
 		// later — orphans once the lagging standby loses their orders.
 		fault(t, sim.URL, http.MethodPost, `{"latency":"2s","start_in":"4s","duration":"1s"}`)
 	}
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url, "PAYMENT_URL": sim.URL}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url, "STRIPE_API_BASE": sim.URL}
 	checkout := process.StartBinary(t, binary("checkout"), nil, env)
 	process.StartBinary(t, binary("worker"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": url,
-		"PAYMENT_URL": sim.URL, "LEDGER_RECONCILE_INTERVAL": ledgerInterval.String()})
+		"STRIPE_API_BASE": sim.URL, "LEDGER_RECONCILE_INTERVAL": ledgerInterval.String()})
 
 	run := &failoverRun{}
 	var (

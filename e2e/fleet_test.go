@@ -89,7 +89,7 @@ func startFleet(t *testing.T, fleetBreaker string) *fleet {
 		for i := range m.n {
 			e := newEdge(t, f.sim.URL)
 			p := process.StartBinary(t, binary(m.binary), nil, map[string]string{
-				"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": f.dbURL, "PAYMENT_URL": e.URL,
+				"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": f.dbURL, "STRIPE_API_BASE": e.URL,
 				"FLEET_BREAKER": fleetBreaker,
 			})
 			mem := &member{name: fmt.Sprintf("%s%d", m.binary, i), proc: p, edge: e, policy: m.policy}
@@ -471,7 +471,7 @@ func newEdge(t *testing.T, target string) *edge {
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	e.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/charges" {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents" {
 			e.mu.Lock()
 			e.arrived = append(e.arrived, time.Now())
 			e.mu.Unlock()

@@ -34,7 +34,7 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "300ms",
 	})
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL}
 	checkout := process.StartBinary(t, binary("checkout"), nil, env)
 
 	acked := make(chan string, 100)
@@ -77,7 +77,7 @@ func TestCheckoutKilledMidRequestLosesNoOrder(t *testing.T) {
 	}
 
 	process.StartBinary(t, binary("worker"), nil, map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL,
 	})
 	// The killed checkout wrote no job for the charge it interrupted: the
 	// worker's sweep makes one for an order still pending after SWEEP_AFTER

@@ -23,7 +23,7 @@ func startStack(t *testing.T, mode string) stack {
 	t.Helper()
 	s := stack{dbURL: dbtest.URL(t)}
 	s.sim = process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": s.dbURL, "PAYMENT_URL": s.sim.URL}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": s.dbURL, "STRIPE_API_BASE": s.sim.URL}
 	s.worker = process.StartBinary(t, binary("worker"), nil, env)
 	env["RESILIENCE_MODE"] = mode
 	s.checkout = process.StartBinary(t, binary("checkout"), nil, env)

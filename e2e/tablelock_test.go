@@ -26,7 +26,7 @@ func TestA503StoresNothingWhileTheDatabaseIsSlow(t *testing.T) {
 	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "PAYMENTSIM_LATENCY": "100ms",
 	})
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL}
 	checkout := process.StartBinary(t, binary("checkout"), nil, env)
 	process.StartBinary(t, binary("worker"), nil, env)
 	db, err := pgxpool.New(context.Background(), dbURL)

@@ -33,7 +33,7 @@ func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 	col := startCollector(t)
 	sim := process.StartBinary(t, binary("paymentsim"), nil, map[string]string{"HTTP_ADDR": "127.0.0.1:0"})
 	env := map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbtest.URL(t), "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbtest.URL(t), "STRIPE_API_BASE": sim.URL,
 		"OTEL_EXPORTER_OTLP_ENDPOINT": col.url,
 		"OTEL_BSP_SCHEDULE_DELAY":     "100", // ms: export soon after the spans end
 	}
@@ -66,7 +66,7 @@ func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 				}
 			}
 		}
-		if work != nil && len(col.trace(work.traceID)) > 1 && hasChild(col.trace(work.traceID), work, "POST /v1/charges") {
+		if work != nil && len(col.trace(work.traceID)) > 1 && hasChild(col.trace(work.traceID), work, "POST /v1/payment_intents") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -75,7 +75,7 @@ func TestDeferredOrderTraceAcrossProcesses(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	api := col.trace(request.traceID)
-	for _, name := range []string{"POST /v1/charges", "river.insert_many"} {
+	for _, name := range []string{"POST /v1/payment_intents", "river.insert_many"} {
 		if !hasChild(api, request, name) {
 			t.Errorf("checkout's trace has no %q under POST /orders:\n%s", name, tree(api))
 		}

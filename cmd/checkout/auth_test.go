@@ -45,11 +45,11 @@ func setupAuth(t *testing.T, extra map[string]string) *authBundle {
 	b.issuerSrv.Start()
 	t.Cleanup(b.issuerSrv.Close)
 	env := map[string]string{
-		"HTTP_ADDR":     "127.0.0.1:0",
-		"DATABASE_URL":  dbtest.URL(t),
-		"PAYMENT_URL":   "http://" + closedAddr(t), // refused: orders are deferred (202)
-		"AUTH_ISSUER":   b.issuerURL,
-		"AUTH_AUDIENCE": "checkout",
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":    dbtest.URL(t),
+		"STRIPE_API_BASE": "http://" + closedAddr(t), // refused: orders are deferred (202)
+		"AUTH_ISSUER":     b.issuerURL,
+		"AUTH_AUDIENCE":   "checkout",
 	}
 	for k, v := range extra {
 		env[k] = v

@@ -13,6 +13,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/envconfig"
 	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 )
@@ -29,16 +30,19 @@ type config struct {
 	Database        database.Config
 	MigrateWait     time.Duration // how long `checkout migrate` waits for the database
 	Tracing         telemetry.TracingConfig
-	PaymentURL      string
-	Resilience      resilience.Config
-	FleetBreaker    bool // share the payment breaker with every process (internal/fleet)
-	FleetListenURL  string
-	APIPool         resilience.PoolConfig
-	HealthPool      resilience.PoolConfig
-	Orders          order.Config
-	Catalog         catalog.Config // URL empty: no price check
-	Auth            auth.Config    // Issuer empty: authentication off
-	RateLimit       api.RateLimit  // Requests 0: no limit
+	Payment         payment.Config
+	// PaymentErr is what is wrong with the provider's key (envconfig.Payment): serve refuses to
+	// start with it; commands that do not call the provider run.
+	PaymentErr     error
+	Resilience     resilience.Config
+	FleetBreaker   bool // share the payment breaker with every process (internal/fleet)
+	FleetListenURL string
+	APIPool        httpserver.PoolConfig
+	HealthPool     httpserver.PoolConfig
+	Orders         order.Config
+	Catalog        catalog.Config // URL empty: no price check
+	Auth           auth.Config    // Issuer empty: authentication off
+	RateLimit      api.RateLimit  // Requests 0: no limit
 }
 
 // defaultRateLimit is each client's quota per minute: 100 requests a second
@@ -56,7 +60,7 @@ func resilienceDefaults(mode resilience.Mode) resilience.Config {
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
-	apiPool, healthPool := resilience.DefaultAPIPool(), resilience.DefaultHealthPool()
+	apiPool, healthPool := httpserver.DefaultAPIPool(), httpserver.DefaultHealthPool()
 	orders := order.DefaultConfig()
 	cfg := config{
 		HTTPAddr:        env.Addr("HTTP_ADDR", ":8080"),
@@ -68,15 +72,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Database:        env.Database(database.Config{MaxConns: 20, ConnectTimeout: time.Second, StatementTimeout: 2 * time.Second}),
 		MigrateWait:     env.Duration("MIGRATE_WAIT", 30*time.Second, 0, 10*time.Minute),
 		Tracing:         env.Tracing("checkout"),
-		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
 		FleetListenURL:  env.OptionalURL("FLEET_LISTEN_DATABASE_URL", "postgres", "postgresql"),
 		Resilience:      env.Resilience(resilienceDefaults(env.Mode())),
-		APIPool: resilience.PoolConfig{
+		APIPool: httpserver.PoolConfig{
 			Size:    env.Int("API_POOL_SIZE", apiPool.Size, 1, 10_000),
 			MaxWait: env.Duration("API_POOL_WAIT", apiPool.MaxWait, 0, time.Minute),
 		},
-		HealthPool: resilience.PoolConfig{
+		HealthPool: httpserver.PoolConfig{
 			Size:    env.Int("HEALTH_POOL_SIZE", healthPool.Size, 1, 1000),
 			MaxWait: env.Duration("HEALTH_POOL_WAIT", healthPool.MaxWait, 0, time.Minute),
 		},
@@ -120,6 +123,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	proxies, proxiesErr := parsePrefixes(env.String("TRUSTED_PROXIES", ""))
 	cfg.RateLimit.TrustedProxies = proxies
+	cfg.Payment, cfg.PaymentErr = env.Payment()
 	if err := env.Err(); err != nil {
 		return cfg, err
 	}

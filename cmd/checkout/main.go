@@ -47,6 +47,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch command {
 	case "serve":
+		if cfg.PaymentErr != nil {
+			return fmt.Errorf("configuration: %w", cfg.PaymentErr)
+		}
 		return serve(ctx, cfg, logger)
 	case "migrate":
 		return migrate(ctx, cfg, logger)

@@ -53,8 +53,9 @@ func TestMigrateGivesUpAfterMigrateWait(t *testing.T) {
 func TestServeProbesAndMetrics(t *testing.T) {
 	t.Parallel()
 	p := process.Start(t, run, []string{"checkout"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"DATABASE_URL": dbtest.URL(t),
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":    dbtest.URL(t),
+		"STRIPE_API_BASE": "http://localhost:8082", // no provider there
 	})
 	for _, path := range []string{"/health", "/ready", "/metrics"} {
 		if got, want := get(t, p.URL+path), http.StatusOK; got != want {
@@ -76,9 +77,10 @@ func TestMetricsAddrServesMetricsOnlyThere(t *testing.T) {
 	t.Parallel()
 	metricsAddr := closedAddr(t)
 	p := process.Start(t, run, []string{"checkout"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"METRICS_ADDR": metricsAddr,
-		"DATABASE_URL": dbtest.URL(t),
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"METRICS_ADDR":    metricsAddr,
+		"DATABASE_URL":    dbtest.URL(t),
+		"STRIPE_API_BASE": "http://localhost:8082", // no provider there
 	})
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -103,8 +105,9 @@ func TestMetricsAddrServesMetricsOnlyThere(t *testing.T) {
 func TestStartsWithUnreachableDatabase(t *testing.T) {
 	t.Parallel()
 	p := process.Start(t, run, []string{"checkout"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"DATABASE_URL": "postgres://nobody@" + closedAddr(t) + "/none?sslmode=disable",
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":    "postgres://nobody@" + closedAddr(t) + "/none?sslmode=disable",
+		"STRIPE_API_BASE": "http://localhost:8082", // no provider there
 	})
 	if got, want := get(t, p.URL+"/health"), http.StatusOK; got != want {
 		t.Errorf("GET /health = %d, want %d: liveness must not depend on the database", got, want)

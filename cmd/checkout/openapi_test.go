@@ -60,7 +60,7 @@ const (
 // given database and provider, with extra settings on top.
 func startCheckout(t *testing.T, dbURL, paymentURL string, extra map[string]string) *process.Process {
 	t.Helper()
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": paymentURL}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": paymentURL}
 	maps.Copy(env, extra)
 	return process.Start(t, run, []string{"checkout"}, env)
 }
@@ -349,7 +349,7 @@ func TestResponsesMatchOpenAPISpec(t *testing.T) {
 // business routes answer the storage-unavailable 503 and /ready 503.
 func TestUnavailableResponsesMatchOpenAPISpec(t *testing.T) {
 	t.Parallel()
-	p := startCheckout(t, "postgres://nobody@"+closedAddr(t)+"/none?sslmode=disable", "", nil)
+	p := startCheckout(t, "postgres://nobody@"+closedAddr(t)+"/none?sslmode=disable", "http://localhost:8082", nil)
 	c := newContract(t, p.URL)
 	c.check(t, postOrder("503 storage unavailable", uuid.NewString(), orderBody).want(503).problem(urn+"storage-unavailable"))
 	c.check(t, call{name: "503 GET order", method: http.MethodGet, path: "/orders/" + uuid.NewString()}.want(503).problem(urn+"storage-unavailable"))

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -54,7 +55,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	provider, err := payment.NewProtectedClient("payment", cfg.PaymentURL, cfg.Resilience, resilienceMetrics, logger)
+	provider, err := payment.NewProtectedClient("payment", cfg.Payment, cfg.Resilience, resilienceMetrics, logger)
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		}
 		defer stop()
 	}
-	apiPool, healthPool, err := newPools(cfg, resilienceMetrics)
+	apiPool, healthPool, err := newPools(cfg, reg)
 	if err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		logger.WarnContext(ctx, "DB_MAX_CONNS is below API_POOL_SIZE", "db_max_conns", cfg.Database.MaxConns, "api_pool_size", cfg.APIPool.Size)
 	}
 	logger.InfoContext(ctx, "starting", "resilience_mode", cfg.Resilience.Mode.String(), "fleet_breaker", cfg.FleetBreaker,
-		"payment_url", redacted(cfg.PaymentURL), "traces", tracingTarget(cfg.Tracing),
+		"payment_url", redacted(cfg.Payment.BaseURL), "traces", tracingTarget(cfg.Tracing),
 		"auth_issuer", cfg.Auth.Issuer, "rate_limit", cfg.RateLimit.Requests, "rate_limit_window", cfg.RateLimit.Window)
 	return httpserver.Serve(ctx, httpserver.Config{
 		Addr: cfg.HTTPAddr, DebugAddr: cfg.DebugAddr, DrainDelay: cfg.DrainDelay, ReadinessPath: "/ready", ShutdownTimeout: cfg.ShutdownTimeout,
@@ -146,15 +147,19 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 // newPools returns the API pool and the pool /health is served from: its own
 // in protected mode, the API's otherwise (the modes of docs/design.md, "Protection stack").
-func newPools(cfg config, m *resilience.Metrics) (apiPool, healthPool func(http.Handler) http.Handler, err error) {
-	business, err := resilience.NewPool("api", cfg.APIPool, m, api.PoolFull)
+func newPools(cfg config, reg prometheus.Registerer) (apiPool, healthPool func(http.Handler) http.Handler, err error) {
+	m, err := httpserver.NewPoolMetrics(reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("register metrics: %w", err)
+	}
+	business, err := httpserver.NewPool("api", cfg.APIPool, m, api.PoolFull)
 	if err != nil {
 		return nil, nil, err
 	}
 	if cfg.Resilience.Mode != resilience.ModeProtected {
 		return business.Middleware, business.Middleware, nil
 	}
-	probes, err := resilience.NewPool("health", cfg.HealthPool, m, api.PoolFull)
+	probes, err := httpserver.NewPool("health", cfg.HealthPool, m, api.PoolFull)
 	if err != nil {
 		return nil, nil, err
 	}

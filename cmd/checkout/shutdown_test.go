@@ -19,6 +19,7 @@ func TestShutdownDrainsBeforeStopping(t *testing.T) {
 	p := process.Start(t, run, []string{"checkout"}, map[string]string{
 		"HTTP_ADDR":            "127.0.0.1:0",
 		"DATABASE_URL":         dbtest.URL(t),
+		"STRIPE_API_BASE":      "http://localhost:8082", // no provider there
 		"SHUTDOWN_DRAIN_DELAY": drain.String(),
 	})
 	if got := get(t, p.URL+"/ready"); got != http.StatusOK {

@@ -36,7 +36,7 @@ func TestForcedOpenSnoozesChargesUntilCleared(t *testing.T) {
 	if err := fleet.Force(context.Background(), db, "payment", 0, "test"); err != nil {
 		t.Fatal(err)
 	}
-	w := process.Start(t, run, []string{"worker"}, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL})
+	w := process.Start(t, run, []string{"worker"}, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL})
 	// The jobs come due within ~1.5 s, River's scheduler promotes them
 	// within 5 s more: wait until every one has been snoozed at least once.
 	deadline := time.Now().Add(20 * time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/ledger"
 	"github.com/resilientcheckout/checkout/internal/order"
+	"github.com/resilientcheckout/checkout/internal/payment"
 	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/telemetry"
 	"github.com/resilientcheckout/checkout/internal/worker"
@@ -26,8 +27,11 @@ type config struct {
 	DrainDelay      time.Duration
 	Database        database.Config
 	Tracing         telemetry.TracingConfig
-	PaymentURL      string
-	Resilience      resilience.Config
+	Payment         payment.Config
+	// PaymentErr is what is wrong with the provider's key (envconfig.Payment): serve refuses to
+	// start with it; commands that do not call the provider run.
+	PaymentErr error
+	Resilience resilience.Config
 	// LedgerResilience is the stack the ledger walk's page reads go
 	// through (policy "payment-ledger"), apart from the charges'.
 	LedgerResilience resilience.Config
@@ -112,7 +116,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DrainDelay:      env.Duration("SHUTDOWN_DRAIN_DELAY", httpserver.DefaultDrainDelay, 0, 5*time.Minute),
 		Database:        env.Database(database.Config{MaxConns: 10, ConnectTimeout: 2 * time.Second, StatementTimeout: 5 * time.Second}),
 		Tracing:         env.Tracing("worker"),
-		PaymentURL:      env.URL("PAYMENT_URL", "http://localhost:8082", "http", "https"),
 		FleetBreaker:    env.OneOf("FLEET_BREAKER", "on", "on", "off") == "on",
 		FleetListenURL:  env.OptionalURL("FLEET_LISTEN_DATABASE_URL", "postgres", "postgresql"),
 		Resilience:      env.Resilience(workerResilienceDefaults()),
@@ -171,6 +174,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// River retries failed jobs on its own schedule (worker.ChargeWorker's
 	// NextRetry); retrying inside a job as well would multiply attempts.
 	cfg.Resilience.MaxAttempts = 1
+	cfg.Payment, cfg.PaymentErr = env.Payment()
 	if err := env.Err(); err != nil {
 		return cfg, err
 	}

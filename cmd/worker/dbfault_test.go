@@ -29,7 +29,7 @@ func TestWorkerSurvivesDatabaseOutage(t *testing.T) {
 	}
 	t.Cleanup(db.Close)
 	w := process.Start(t, run, []string{"worker"}, map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": proxy.URL(), "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": proxy.URL(), "STRIPE_API_BASE": sim.URL,
 	})
 
 	sim.Fault(t, `{"down":true}`)

@@ -47,7 +47,7 @@ func TestTwoWorkersDrainBacklogChargingEachOrderOnce(t *testing.T) {
 	sim.Reset(t)
 	sim.Heal(t)
 	healed := time.Now()
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL}
 	w1 := process.Start(t, run, []string{"worker"}, env)
 	w2 := process.Start(t, run, []string{"worker"}, env)
 
@@ -82,7 +82,8 @@ func TestRiverUIRequiresBasicAuthWhenConfigured(t *testing.T) {
 	t.Parallel()
 	p := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbtest.URL(t),
-		"RIVERUI_USER": "ops", "RIVERUI_PASSWORD": "s3cret",
+		"STRIPE_API_BASE": "http://localhost:8082", // no provider there
+		"RIVERUI_USER":    "ops", "RIVERUI_PASSWORD": "s3cret",
 	})
 	tests := []struct {
 		name, user, password string
@@ -112,7 +113,7 @@ func TestRiverUIRequiresBasicAuthWhenConfigured(t *testing.T) {
 // simulator, as cmd/checkout wires it.
 func placeOrders(t *testing.T, db *pgxpool.Pool, simURL string, n int) {
 	t.Helper()
-	payer, err := payment.NewProtectedClient("payment", simURL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
+	payer, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: simURL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestShutdownLetsRunningChargeFinish(t *testing.T) {
 	sim.Heal(t)
 
 	w := process.Start(t, run, []string{"worker"}, map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL,
 		"PAYMENT_ATTEMPT_TIMEOUT": "5s", "BREAKER_SLOW_CALL_THRESHOLD": "5s",
 	})
 	for deadline := time.Now().Add(15 * time.Second); sim.Sim.Stats().InFlight == 0; {

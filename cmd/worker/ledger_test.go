@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,22 +24,11 @@ func TestSlowLedgerPagesLeaveTheChargeBreakerClosed(t *testing.T) {
 	// look-back, so the charges checked count the walks.
 	const charges = 3
 	for range charges {
-		body := fmt.Sprintf(`{"amount":100,"currency":"USD","payment_method":"pm_card_visa","reference":%q}`, uuid.NewString())
-		req, _ := http.NewRequest(http.MethodPost, sim.URL+"/v1/charges", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", uuid.NewString())
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("charge: %d", resp.StatusCode)
-		}
+		sim.Charge(t, uuid.NewString(), uuid.NewString())
 	}
 	sim.Fault(t, `{"latency":"450ms"}`)
 	w := process.Start(t, run, []string{"worker"}, map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL,
 		"LEDGER_RECONCILE_INTERVAL": "1s",
 	})
 	// The charge breaker would trip on 4 slow calls of 4 (the worker's

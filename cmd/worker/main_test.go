@@ -15,8 +15,9 @@ import (
 func TestServeProbesAndMetrics(t *testing.T) {
 	t.Parallel()
 	p := process.Start(t, run, []string{"worker"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"DATABASE_URL": dbtest.URL(t),
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":    dbtest.URL(t),
+		"STRIPE_API_BASE": "http://localhost:8082", // no provider there
 	})
 	for _, path := range []string{"/health", "/ready", "/metrics"} {
 		resp, err := http.Get(p.URL + path)
@@ -50,8 +51,9 @@ func TestStartsWithUnreachableDatabase(t *testing.T) {
 	closed := ln.Addr().String()
 	ln.Close()
 	p := process.Start(t, run, []string{"worker"}, map[string]string{
-		"HTTP_ADDR":    "127.0.0.1:0",
-		"DATABASE_URL": "postgres://nobody@" + closed + "/none?sslmode=disable",
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":    "postgres://nobody@" + closed + "/none?sslmode=disable",
+		"STRIPE_API_BASE": "http://localhost:8082", // no provider there
 	})
 	for path, want := range map[string]int{"/health": http.StatusOK, "/ready": http.StatusServiceUnavailable} {
 		resp, err := http.Get(p.URL + path)

@@ -44,7 +44,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	// The provider is down: the checkout flow defers the order to the
 	// worker. Its card is one the provider declines once it is back.
 	sim.Fault(t, `{"down":true}`)
-	payer, err := payment.NewProtectedClient("payment", sim.URL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
+	payer, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestExportsDashboardAndAlertMetrics(t *testing.T) {
 	}
 
 	p := process.Start(t, run, []string{"worker"}, map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "PAYMENT_URL": sim.URL,
+		"HTTP_ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "STRIPE_API_BASE": sim.URL,
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for orderStatus(t, db, res.Order.ID.String()) != order.StatusPaymentFailed {

@@ -45,11 +45,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	provider, err := payment.NewProtectedClient("payment-worker", cfg.PaymentURL, cfg.Resilience, rm, logger)
+	provider, err := payment.NewProtectedClient("payment-worker", cfg.Payment, cfg.Resilience, rm, logger)
 	if err != nil {
 		return err
 	}
-	ledgerReader, err := payment.NewProtectedClient("payment-ledger", cfg.PaymentURL, cfg.LedgerResilience, rm, logger)
+	ledgerReader, err := payment.NewProtectedClient("payment-ledger", cfg.Payment, cfg.LedgerResilience, rm, logger)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ func TestShutdownDrainsHTTPBeforeStopping(t *testing.T) {
 	p := process.Start(t, run, []string{"worker"}, map[string]string{
 		"HTTP_ADDR":            "127.0.0.1:0",
 		"DATABASE_URL":         dbtest.URL(t),
+		"STRIPE_API_BASE":      "http://localhost:8082", // no provider there
 		"SHUTDOWN_DRAIN_DELAY": drain.String(),
 	})
 	waitStatus(t, p.URL+"/ready", http.StatusOK, 10*time.Second)

@@ -36,8 +36,8 @@ func TestPlaceOrderPaid(t *testing.T) {
 		t.Errorf("first response carries Idempotent-Replayed: %q", r.header.Get("Idempotent-Replayed"))
 	}
 	if o.Status != "paid" || o.CustomerID != "cus_123" || o.Currency != "USD" || o.Total != 3098 ||
-		!strings.HasPrefix(o.ChargeID, "ch_") || o.FailureReason != "" {
-		t.Errorf("order = %+v, want paid, cus_123, USD, total 3098, a ch_ charge id, no failure reason", o)
+		!strings.HasPrefix(o.ChargeID, "pi_") || o.FailureReason != "" {
+		t.Errorf("order = %+v, want paid, cus_123, USD, total 3098, a pi_ PaymentIntent id, no failure reason", o)
 	}
 	if got, want := len(o.Items), 2; got != want || o.Items[0].SKU != "SKU-1" || o.Items[0].Quantity != 2 || o.Items[0].UnitPrice != 1299 {
 		t.Errorf("items = %+v, want SKU-1 ×2 at 1299 first", o.Items)

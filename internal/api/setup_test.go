@@ -25,6 +25,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/catalog"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/orderpayment"
 	"github.com/resilientcheckout/checkout/internal/payment"
@@ -118,12 +119,12 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payment.NewClient(payment.Config{BaseURL: simSrv.URL, MaxConns: rcfg.BulkheadSize})
+	client, err := payment.NewClient(payment.Config{BaseURL: simSrv.URL, SecretKey: "sk_test_checkout", MaxConns: rcfg.BulkheadSize})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.CloseIdleConnections)
-	var payer order.Payer = orderpayment.New(payment.NewProtected(client, b.policy))
+	var payer order.Payer = orderpayment.New(payment.NewProtected(client, b.policy, nil))
 	if opts.wrapPayer != nil {
 		payer = opts.wrapPayer(payer)
 	}
@@ -135,11 +136,15 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiPool, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics, api.PoolFull)
+	poolMetrics, err := httpserver.NewPoolMetrics(b.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthPool, err := resilience.NewPool("health", resilience.DefaultHealthPool(), metrics, api.PoolFull)
+	apiPool, err := httpserver.NewPool("api", httpserver.DefaultAPIPool(), poolMetrics, api.PoolFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthPool, err := httpserver.NewPool("health", httpserver.DefaultHealthPool(), poolMetrics, api.PoolFull)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 
 	// Checkout: the API's protected client and an insert-only River client.
 	apiDB := b.pool(t)
-	client, err := payment.NewProtectedClient("payment", sim.URL, resilience.DefaultConfig(), nil, log)
+	client, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func checkoutAndWorkerThroughPgBouncer(t *testing.T, execMode string) {
 	workerDB := b.pool(t)
 	wcfg := resilience.DefaultConfig()
 	wcfg.MaxAttempts = 1
-	workerClient, err := payment.NewProtectedClient("payment-worker", sim.URL, wcfg, nil, log)
+	workerClient, err := payment.NewProtectedClient("payment-worker", payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"}, wcfg, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/resilientcheckout/checkout/internal/payment"
 )
 
-// The ledger reconciliation walks the provider's charge list and checks
-// every charge against the orders table (docs/design.md, "Durability"). The
+// The ledger reconciliation walks the provider's PaymentIntents list and
+// checks every succeeded one — a charge — against the orders table (docs/design.md, "Durability"). The
 // checkout flow never charges an order it has not stored, and settles every
 // order it charged; a charge that no paid order accounts for therefore
 // means something outside the flow happened: an order lost in a failover to
@@ -31,7 +31,7 @@ import (
 // refunds nothing: a refund is a business decision (the customer may want
 // the goods), so it is left to a person with the finding in hand.
 
-// ChargeList is the provider's charge list (payment.Protected).
+// ChargeList is the provider's PaymentIntents list (payment.Protected).
 type ChargeList interface {
 	ListCharges(ctx context.Context, q payment.ListQuery) (payment.ChargePage, error)
 }
@@ -145,10 +145,10 @@ func Periodic(cfg Config) *river.PeriodicJob {
 // being walked and the last charge checked in it, or, between windows,
 // where the next one starts.
 //
-// The walk never trusts the order of the provider's list. A provider lists
-// newest first, and stamps a charge's creation time when the request
-// starts, so a charge whose request it worked on for long appears after
-// charges created later than it. A window [from, to] walked by cursor
+// The walk never trusts the order of the provider's list. Stripe lists
+// newest first, in whole seconds of creation time, and stamps a charge's
+// creation time when the request starts, so a charge whose request it
+// worked on for long appears after charges created later than it. A window [from, to] walked by cursor
 // sees every charge the list held when the window began (a list only ever
 // gains charges); a charge that appeared after that was created after to
 // less Late, so the next window, which starts at to less Late, sees it.
@@ -240,7 +240,18 @@ func (r *Reconciler) checkPage(ctx context.Context, w walk, page payment.ChargeP
 				}
 				found = append(found, *f)
 			}
-			next.cursor = ch.ID
+		}
+		for _, pi := range page.Pending {
+			// It may yet move money: the next window starts no later than it, so
+			// it is read again until it succeeds or fails — unless it has been
+			// pending longer than a first walk looks back (a requires_action the
+			// customer never completed), which would pin every window to it.
+			if r.now().Sub(pi.Created) < r.cfg.Lookback && (next.waitingFrom.IsZero() || pi.Created.Before(next.waitingFrom)) {
+				next.waitingFrom = pi.Created
+			}
+		}
+		if page.Cursor != "" {
+			next.cursor = page.Cursor
 		}
 		if !page.HasMore {
 			next = next.closed(r.cfg.Late)

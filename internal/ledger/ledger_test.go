@@ -2,10 +2,8 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -28,7 +26,7 @@ import (
 // ledgerBundle is a reconciler on a fresh database, walking the charge list
 // of a simulator over HTTP.
 type ledgerBundle struct {
-	simURL string
+	sim    *simtest.Server
 	db     *pgxpool.Pool
 	client *payment.Client
 	r      *Reconciler
@@ -37,11 +35,11 @@ type ledgerBundle struct {
 func setupLedger(t *testing.T, pageSize int) *ledgerBundle {
 	t.Helper()
 	sim := simtest.Start(t, 0)
-	client, err := payment.NewClient(payment.Config{BaseURL: sim.URL})
+	client, err := payment.NewClient(payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &ledgerBundle{simURL: sim.URL, db: dbtest.Pool(t), client: client}
+	b := &ledgerBundle{sim: sim, db: dbtest.Pool(t), client: client}
 	b.r = b.reconciler(t, client, pageSize)
 	return b
 }
@@ -61,29 +59,14 @@ func (b *ledgerBundle) reconciler(t *testing.T, charges ChargeList, pageSize int
 }
 
 // charge has the provider charge reference under key ("order-<reference>"
-// by default, the client's key) and returns the charge id.
+// by default, the client's key) and returns the PaymentIntent's id.
 func (b *ledgerBundle) charge(t *testing.T, reference string, key ...string) string {
 	t.Helper()
 	k := "order-" + reference
 	if len(key) > 0 {
 		k = key[0]
 	}
-	body := fmt.Sprintf(`{"amount":2598,"currency":"USD","payment_method":"pm_card_visa","reference":%q}`, reference)
-	req, _ := http.NewRequest(http.MethodPost, b.simURL+"/v1/charges", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", k)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var ch struct {
-		ID string `json:"id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&ch); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("charge %s: %d, %v", reference, resp.StatusCode, err)
-	}
-	return ch.ID
+	return b.sim.Charge(t, reference, k)
 }
 
 // order stores an order in status, last changed age ago, paid by chargeID
@@ -184,7 +167,7 @@ func (b *ledgerBundle) stats(t *testing.T) int {
 		if !page.HasMore {
 			return n
 		}
-		after = page.Charges[len(page.Charges)-1].ID
+		after = page.Cursor
 	}
 }
 
@@ -374,6 +357,7 @@ func (f *fakeList) ListCharges(_ context.Context, q payment.ListQuery) (payment.
 			break
 		}
 		page.Charges = append(page.Charges, ch)
+		page.Cursor = ch.ID
 	}
 	return page, nil
 }

@@ -12,14 +12,16 @@ import (
 // knows no HTTP. The API and the worker each have their own.
 type Payer interface {
 	// Charge charges req once. Its errors carry ErrDeclined, ErrRejected,
-	// ErrRefused, ErrInProgress or ErrThrottled (errors.Is) when they mean
-	// that; any other error is an unknown outcome: the provider may or may
-	// not hold the charge.
+	// ErrPending, ErrRefused, ErrInProgress or ErrThrottled (errors.Is) when
+	// they mean that; any other error is an unknown outcome: the provider
+	// may or may not hold the charge.
 	Charge(ctx context.Context, req ChargeRequest) (Receipt, error)
 	// FindCharges asks the provider which successful charges it holds for
-	// a reference (the lookup), oldest first. It answers from the
-	// provider's ledger, which outlives the provider's idempotency keys.
-	FindCharges(ctx context.Context, reference string) ([]Receipt, error)
+	// a reference among those created in the lookup's window (the lookup),
+	// oldest first; ErrPending when it holds none but one that may still
+	// succeed. It answers from the provider's strongly consistent record,
+	// which outlives the provider's idempotency keys.
+	FindCharges(ctx context.Context, l Lookup) ([]Receipt, error)
 	// RetryAfter is how long until the provider may be called again (the
 	// circuit breaker's remaining open time), 0 when it may be called now.
 	RetryAfter() time.Duration
@@ -32,6 +34,14 @@ type ChargeRequest struct {
 	Amount        int64
 	Currency      string
 	PaymentMethod string
+}
+
+// Lookup is the question FindCharges answers: the charges of Reference
+// created from CreatedFrom to CreatedTo (see LookupFor).
+type Lookup struct {
+	Reference   string
+	CreatedFrom time.Time
+	CreatedTo   time.Time
 }
 
 // Receipt is a successful charge.
@@ -51,6 +61,12 @@ var (
 	// ErrRejected: the provider rejected the request itself (400/422: a
 	// bug on our side); retrying cannot help, and nothing was charged.
 	ErrRejected = errors.New("charge request rejected by the provider")
+	// ErrPending: the provider holds the order's payment neither paid nor
+	// failed — processing, or waiting for the customer to authenticate
+	// (requires_action). The order stays unsettled (pending_payment), and
+	// another attempt under the same key would only replay that answer: the
+	// outcome is learnt by lookup (Resolve), once the provider has one.
+	ErrPending = errors.New("payment pending at the provider")
 	// ErrRefused: the protection stack turned the call away without
 	// reaching the provider (breaker open, concurrency limit full); it is
 	// worth trying again once RetryAfter has passed.
@@ -113,6 +129,10 @@ func chargeRequest(o Order) ChargeRequest {
 //   - declined → payment_failed / card_declined;
 //   - the provider rejected our request itself (400/422: a bug on our side,
 //     retrying cannot help) → payment_failed / provider_rejected;
+//   - the payment is pending at the provider (ErrPending: processing, or
+//     requires_action) → no settlement (ok false): neither paid nor failed,
+//     the order is deferred like an unknown outcome and the worker settles
+//     it from the lookup once the provider has an outcome;
 //   - anything else (unavailable, timed out, refused by the breaker or the
 //     concurrency limit, over the provider's rate limit, ambiguous) → no
 //     settlement (ok false) and the error: the caller defers the order (API)
@@ -132,17 +152,39 @@ func Charge(ctx context.Context, p Payer, o Order) (to Settlement, ok bool, err 
 }
 
 // Resolve settles o from the provider's own record instead of charging it:
-// the lookup by reference turns an unknown outcome into a certain one, which
-// SettlementFor decides. A lookup error settles nothing.
+// the lookup (LookupFor) turns an unknown outcome into a certain one, which
+// SettlementFor decides. A lookup error settles nothing, ErrPending
+// included.
 //
-// The caller must make sure no attempt for o can still be in flight at the
-// provider, or "none" could be overtaken by a charge that lands later.
-func Resolve(ctx context.Context, p Payer, o Order) (Settlement, error) {
-	charges, err := p.FindCharges(ctx, o.ID.String())
+// settleWithin is how long after an attempt began the provider has
+// certainly created whatever that attempt created. The caller must make sure
+// no attempt for o can still be in flight at the provider — its last attempt
+// began at least settleWithin ago — or "none" could be overtaken by a charge
+// that lands later.
+func Resolve(ctx context.Context, p Payer, o Order, settleWithin time.Duration) (Settlement, error) {
+	charges, err := p.FindCharges(ctx, LookupFor(o, settleWithin))
 	if err != nil {
 		return Settlement{}, err
 	}
 	return SettlementFor(o, charges)
+}
+
+// ClockSkew is how far the provider's clock, which stamps a charge's
+// creation, may be from the database's, which stamps an order's creation and
+// attempts. A lookup's window is widened by it on either side.
+const ClockSkew = time.Minute
+
+// LookupFor is the lookup that finds every charge o's attempts can have
+// made: created from o's creation (no attempt precedes it) to settleWithin
+// after its last attempt began, each widened by ClockSkew. The provider lists
+// charges by creation time, so this window, not every charge since, is what
+// a lookup reads.
+func LookupFor(o Order, settleWithin time.Duration) Lookup {
+	last := o.LastAttemptAt
+	if last.Before(o.CreatedAt) {
+		last = o.CreatedAt
+	}
+	return Lookup{Reference: o.ID.String(), CreatedFrom: o.CreatedAt.Add(-ClockSkew), CreatedTo: last.Add(settleWithin + ClockSkew)}
 }
 
 // SettlementFor decides how the successful charges the provider holds for

@@ -53,7 +53,7 @@ func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 		placeRequest("pm_card_visa").Fingerprint(), id); err != nil {
 		t.Fatal(err)
 	}
-	client, err := payment.NewProtectedClient("payment", b.sim.URL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
+	client, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: b.sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestResumedRequestRecordsItsAttempt(t *testing.T) {
 		t.Errorf("with the API's charge in flight, last_attempt_at = %v (%v ago): the worker would trust a lookup now, "+
 			"want it to wait LookupAfter (%v) from the attempt's start", o.LastAttemptAt, time.Since(o.LastAttemptAt).Round(time.Second), lookupAfter)
 		// The worker's resolve, as it would run: lookup, then settle.
-		to, err := order.Resolve(ctx, real, o)
+		to, err := order.Resolve(ctx, real, o, lookupAfter)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -103,7 +103,7 @@ func anotherReplica(t *testing.T, b *serviceBundle) *order.Service {
 	}
 	t.Cleanup(db.Close)
 	log := slog.New(slog.DiscardHandler)
-	client, err := payment.NewProtectedClient("payment", b.sim.URL, resilience.DefaultConfig(), nil, log)
+	client, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: b.sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

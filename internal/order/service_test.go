@@ -34,7 +34,7 @@ func setupService(t *testing.T, cfg order.Config) *serviceBundle {
 	t.Helper()
 	b := &serviceBundle{db: dbtest.Pool(t), sim: simtest.Start(t, 0)}
 	log := slog.New(slog.DiscardHandler)
-	client, err := payment.NewProtectedClient("payment", b.sim.URL, resilience.DefaultConfig(), nil, log)
+	client, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: b.sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +109,27 @@ func TestPlaceDeclinedOrderIsFailedAndNotRetried(t *testing.T) {
 	}
 	if o := placed.Order; o.Status != order.StatusPaymentFailed || o.FailureReason != order.ReasonCardDeclined {
 		t.Errorf("order = %s (%s), want payment_failed (card_declined)", o.Status, o.FailureReason)
+	}
+}
+
+// TestPlacePendingPaymentIsDeferred: a card asking for 3-D Secure leaves the
+// PaymentIntent requires_action, neither paid nor failed: the order is
+// deferred as pending_payment (202) with its job, which settles it from the
+// lookup once the provider has an outcome — never payment_failed.
+func TestPlacePendingPaymentIsDeferred(t *testing.T) {
+	t.Parallel()
+	b := setupService(t, order.DefaultConfig())
+	placed, err := b.svc.Place(context.Background(), "k-3ds", placeRequest("pm_card_authenticationRequired"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := placed.Order; o.Status != order.StatusPendingPayment {
+		t.Errorf("order = %s (%s), want pending_payment", o.Status, o.FailureReason)
+	}
+	n := b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'charge_order' AND args->>'order_id' = $1 AND state = 'scheduled'`,
+		placed.Order.ID.String())
+	if n != 1 {
+		t.Errorf("scheduled charge jobs for the order = %d, want 1", n)
 	}
 }
 
@@ -270,7 +291,7 @@ func TestMayCharge(t *testing.T) {
 func TestPlaceDefersAThrottledChargeUntilRetryAfter(t *testing.T) {
 	t.Parallel()
 	b := &serviceBundle{db: dbtest.Pool(t), sim: simtest.StartConfig(t, paymentsim.Config{RateLimit: 1})}
-	client, err := payment.NewProtectedClient("payment", b.sim.URL, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
+	client, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: b.sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

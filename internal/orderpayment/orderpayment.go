@@ -39,8 +39,8 @@ func (p *Payer) Charge(ctx context.Context, req order.ChargeRequest) (order.Rece
 }
 
 // FindCharges looks the reference's charges up through the client's policy.
-func (p *Payer) FindCharges(ctx context.Context, reference string) ([]order.Receipt, error) {
-	found, err := p.client.FindCharges(ctx, reference)
+func (p *Payer) FindCharges(ctx context.Context, l order.Lookup) ([]order.Receipt, error) {
+	found, err := p.client.FindCharges(ctx, payment.Lookup{OrderID: l.Reference, CreatedFrom: l.CreatedFrom, CreatedTo: l.CreatedTo})
 	if err != nil {
 		return nil, kind(err)
 	}
@@ -62,6 +62,8 @@ func kind(err error) error {
 		return fmt.Errorf("%w: %w", order.ErrDeclined, err)
 	case errors.Is(err, payment.ErrPermanent):
 		return fmt.Errorf("%w: %w", order.ErrRejected, err)
+	case payment.IsPending(err):
+		return fmt.Errorf("%w: %w", order.ErrPending, err)
 	case payment.IsRefused(err):
 		return fmt.Errorf("%w: %w", order.ErrRefused, err)
 	case payment.IsInProgress(err):

@@ -1,43 +1,51 @@
 package payment
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/stripe/stripe-go/v82"
 )
 
-// The kinds of failure. Every error from Charge and FindCharges matches exactly one with
-// errors.Is (a lookup is never ErrDeclined).
+// The kinds of failure. Every error from Charge, FindCharges and ListCharges matches exactly
+// one with errors.Is (a lookup or a list is never ErrDeclined or ErrPending).
 var (
-	// ErrDeclined: the provider refused the payment (402). A final business outcome, not a
-	// provider failure: never retry it and never count it against the circuit breaker.
+	// ErrDeclined: the provider refused the payment (402 card_error). A final business
+	// outcome, not a provider failure: never retry it and never count it against the
+	// circuit breaker.
 	ErrDeclined = errors.New("payment declined")
-	// ErrPermanent: the provider rejected the request itself (400, 422), or it could not be
-	// built. Retrying cannot help; it means a bug on our side. Other 4xx answers and
-	// redirects are ErrTransient (see kindOf).
+	// ErrPermanent: the provider rejected the request itself (400 or 404
+	// invalid_request_error, such as an unknown parameter or a payment method it does not
+	// know), or it could not be built. Nothing was charged, and retrying cannot help: the
+	// request is wrong.
 	ErrPermanent = errors.New("payment request rejected")
-	// ErrTransient: the provider is in trouble or unreachable (409, 429, 5xx, timeout,
-	// connection error, unreadable response), or answered with a charge that is not the
-	// one requested (ReceiptMismatchError). The outcome is not final: retrying with the same
-	// key is safe and may succeed, and it counts as a breaker failure (except a 409 or a
-	// 429, see Classify); the provider may hold a charge, which FindCharges can tell. A
-	// caller's own cancellation is transient too; tell it apart with
-	// errors.Is(err, context.Canceled).
+	// ErrPending: the PaymentIntent was created but is neither paid nor failed: processing
+	// (the payment method settles later) or requires_action (the customer must
+	// authenticate, e.g. 3-D Secure). Retrying the create replays the same answer; the
+	// outcome is learnt by looking the order up later (FindCharges).
+	ErrPending = errors.New("payment pending at the provider")
+	// ErrTransient: the provider is in trouble, unreachable or busy (409, 429, 5xx, 401,
+	// 403, timeout, connection error, unreadable response), or answered with a charge that
+	// is not the one requested (ReceiptMismatchError), or refused the key reused with other
+	// parameters (IsKeyReused). The outcome is not final: an earlier attempt may have
+	// charged, which FindCharges can tell. Retrying with the same key is safe. Classify says
+	// which of them count against the breaker. A caller's own cancellation is transient
+	// too; tell it apart with errors.Is(err, context.Canceled).
 	ErrTransient = errors.New("payment provider unavailable")
 )
 
-// ReceiptMismatchError is the cause (Error.Err, under ErrTransient) of a charge attempt the
-// provider answered 2xx with a succeeded charge for another amount, currency or reference
-// than requested: a key collision or a provider bug. The provider reports that it holds a
-// charge, so the order is neither paid by it nor certainly unpaid: it
-// must not be settled either way on this answer. Another attempt with the same key most
-// likely replays the same answer; the charge needs looking into (FindCharges lists what the
-// provider holds for the order, with its amounts).
+// ReceiptMismatchError is the cause (Error.Err, under ErrTransient) of a create the provider
+// answered with a succeeded PaymentIntent for another amount, currency or order than
+// requested: a key collision or a provider bug. The provider reports that it holds a
+// charge, so the order is neither paid by it nor certainly unpaid: it must not be settled
+// either way on this answer. Another attempt with the same key most likely replays the same
+// answer; the charge needs looking into (FindCharges lists what the provider holds for the
+// order, with its amounts).
 type ReceiptMismatchError struct {
-	// ChargeID is the provider's id of the charge it reported.
+	// ChargeID is the provider's id of the PaymentIntent it reported.
 	ChargeID string
 	// Want is what the attempt asked for; Got is what the provider reported.
 	WantAmount, GotAmount       int64
@@ -46,26 +54,31 @@ type ReceiptMismatchError struct {
 }
 
 func (e *ReceiptMismatchError) Error() string {
-	return fmt.Sprintf("provider reported charge %s for %d %s (reference %q), not the requested %d %s (reference %q)",
+	return fmt.Sprintf("provider reported PaymentIntent %s for %d %s (order %q), not the requested %d %s (order %q)",
 		e.ChargeID, e.GotAmount, e.GotCurrency, e.GotReference, e.WantAmount, e.WantCurrency, e.WantReference)
 }
 
-// Error describes a failed charge attempt or lookup.
+// Error describes a failed create, lookup or list.
 type Error struct {
-	// Kind is ErrDeclined, ErrPermanent or ErrTransient.
+	// Kind is ErrDeclined, ErrPermanent, ErrPending or ErrTransient.
 	Kind error
-	// StatusCode is the provider's HTTP status, or 0 when no response arrived.
+	// StatusCode is the provider's HTTP status, or 0 when no response arrived or it could
+	// not be read.
 	StatusCode int
-	// Code and Message are the provider's error type and message, when it sent them.
-	Code    string
-	Message string
-	// Err is the underlying cause, such as a network error or context.DeadlineExceeded.
-	Err error
+	// Type, Code and DeclineCode are Stripe's error type (card_error, invalid_request_error,
+	// idempotency_error, api_error), code (card_declined, idempotency_key_in_use,
+	// rate_limit, lock_timeout, …) and decline code, when the provider sent them; Message is
+	// its message. For ErrPending, Code is the PaymentIntent's status.
+	Type, Code, DeclineCode, Message string
+	// PaymentIntent is the id of the PaymentIntent the answer concerns, when it names one.
+	PaymentIntent string
 	// RetryAfter is when the provider asked to be called again, for a 429 (see
 	// RetryAfterOf); 0 otherwise.
 	RetryAfter time.Duration
+	// Err is the underlying cause: a *stripe.Error, a network error, context.DeadlineExceeded.
+	Err error
 
-	lookup bool // the error of a lookup (FindCharges), not of a charge attempt
+	lookup bool // the error of a lookup or a list, not of a create
 }
 
 func (e *Error) Error() string {
@@ -73,10 +86,14 @@ func (e *Error) Error() string {
 	if e.StatusCode != 0 {
 		msg += fmt.Sprintf(": status %d", e.StatusCode)
 	}
-	if e.Code != "" {
-		msg += fmt.Sprintf(": %s: %s", e.Code, e.Message)
+	for _, s := range []string{e.Type, e.Code, e.DeclineCode, e.PaymentIntent, e.Message} {
+		if s != "" {
+			msg += ": " + s
+		}
 	}
-	if e.Err != nil {
+	// A *stripe.Error prints itself as JSON with the whole PaymentIntent; its fields are
+	// above already.
+	if _, ok := errors.AsType[*stripe.Error](e.Err); e.Err != nil && !ok {
 		msg += ": " + e.Err.Error()
 	}
 	return msg
@@ -90,6 +107,54 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind, e.Err}
 }
 
+// classify is the one table from what the SDK returns to our kinds (docs/design.md,
+// "Classification", lists each row with the test that holds it):
+//
+//	402 card_error                           ErrDeclined
+//	409 (idempotency_key_in_use)             ErrTransient, in progress (IsInProgress)
+//	429 rate_limit, lock_timeout             ErrTransient, throttled (IsThrottled, RetryAfter)
+//	400 idempotency_error                    ErrTransient, our bug (IsKeyReused): alert
+//	400, 404 invalid_request_error           ErrPermanent
+//	401, 403                                 ErrTransient: a rotated key is an outage to fix
+//	5xx api_error, any other answer          ErrTransient
+//	no answer, unreadable answer, timeout    ErrTransient
+//
+// A 409 and a 429 are told apart by status, whatever their type: Stripe answers both as
+// invalid_request_error, which would otherwise read as our bug. A key reused with other
+// parameters is our bug too, but unlike another rejection it does not prove that nothing
+// was charged — the key's first request may have — so it never fails an order.
+func classify(err error) *Error {
+	se, ok := errors.AsType[*stripe.Error](err)
+	if !ok {
+		return &Error{Kind: ErrTransient, Err: err}
+	}
+	e := &Error{Kind: ErrTransient, StatusCode: se.HTTPStatusCode, Type: string(se.Type), Code: string(se.Code),
+		DeclineCode: string(se.DeclineCode), Message: se.Msg, Err: se}
+	if se.PaymentIntent != nil {
+		e.PaymentIntent = se.PaymentIntent.ID
+	}
+	switch {
+	case se.HTTPStatusCode == http.StatusTooManyRequests:
+		e.RetryAfter = parseRetryAfter(header(se, "Retry-After"), time.Now())
+	case se.HTTPStatusCode == http.StatusConflict:
+	case se.Type == stripe.ErrorTypeCard || se.HTTPStatusCode == http.StatusPaymentRequired:
+		e.Kind = ErrDeclined
+	case se.Type == stripe.ErrorTypeIdempotency:
+	case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
+	case se.Type == stripe.ErrorTypeInvalidRequest && se.HTTPStatusCode < http.StatusInternalServerError:
+		e.Kind = ErrPermanent
+	}
+	return e
+}
+
+// header returns a header of the answer an SDK error came with.
+func header(se *stripe.Error, name string) string {
+	if se.LastResponse == nil {
+		return ""
+	}
+	return se.LastResponse.Header.Get(name)
+}
+
 // IsTransient reports whether err is of kind ErrTransient: the outcome is not final, and
 // another attempt with the same idempotency key is safe.
 func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
@@ -97,13 +162,26 @@ func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
 // IsDeclined reports whether the provider declined the payment.
 func IsDeclined(err error) bool { return errors.Is(err, ErrDeclined) }
 
-// IsThrottled reports whether the provider answered 429: the call was over its rate limit.
-// The provider refused it before processing it, so that attempt charged nothing, and it said
-// when to come back (RetryAfterOf). It stays ErrTransient — the order is not charged yet, and
-// an earlier attempt's outcome stays as unknown as it was — but it is no sign of trouble.
+// IsPending reports whether the provider holds the order's PaymentIntent neither paid nor
+// failed (ErrPending).
+func IsPending(err error) bool { return errors.Is(err, ErrPending) }
+
+// IsThrottled reports whether the provider answered 429: the call was over its rate limit
+// (rate_limit) or met a lock on the object (lock_timeout). The provider refused it before
+// processing it, so that attempt charged nothing, and it said when to come back
+// (RetryAfterOf). It stays ErrTransient — the order is not charged yet, and an earlier
+// attempt's outcome stays as unknown as it was — but it is no sign of trouble.
 func IsThrottled(err error) bool {
 	e, ok := errors.AsType[*Error](err)
 	return ok && e.StatusCode == http.StatusTooManyRequests
+}
+
+// IsKeyReused reports whether the provider refused the idempotency key because it was first
+// used with other parameters: a bug on our side (the request for an order changed between
+// attempts, e.g. across a release), to alert on. The key's first request may have charged.
+func IsKeyReused(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Type == string(stripe.ErrorTypeIdempotency)
 }
 
 // RetryAfterOf returns how long the provider asked the caller to wait before calling again,
@@ -120,7 +198,8 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 // How a 429's Retry-After is read (parseRetryAfter).
 const (
 	// DefaultThrottleWait is the wait after a 429 without a readable Retry-After: Stripe
-	// sends none and asks for exponential backoff from about a second.
+	// sends none with its rate limit's 429 and asks for exponential backoff from about a
+	// second.
 	DefaultThrottleWait = time.Second
 	// MaxThrottleWait caps a Retry-After: a provider's rate limit refills within seconds,
 	// and a wait of hours (a misconfigured proxy, a date far ahead) would park every order
@@ -142,47 +221,4 @@ func parseRetryAfter(h string, now time.Time) time.Duration {
 		return DefaultThrottleWait
 	}
 	return min(d, MaxThrottleWait)
-}
-
-// newStatusError describes a non-2xx response of the given kind, with the provider's error
-// type and message when the body carries them, and a 429's Retry-After.
-func newStatusError(kind error, resp *http.Response, body []byte) *Error {
-	e := &Error{Kind: kind, StatusCode: resp.StatusCode}
-	if resp.StatusCode == http.StatusTooManyRequests {
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-	}
-	var b struct {
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	// The body is informative only: a status alone decides the kind.
-	if json.Unmarshal(body, &b) == nil {
-		e.Code, e.Message = b.Error.Type, b.Error.Message
-	}
-	return e
-}
-
-// kindOf classifies a charge's non-2xx status, following the protocol: 402 declines, 400 and
-// 422 reject our request itself. Everything else is treated as provider trouble, including
-// 401, 403, 404 and redirects: they mean a rotated key, a wrong PAYMENT_URL or a misrouting
-// proxy — an outage to fix, during which orders must be deferred (and the breaker open, and
-// alerts fire), not failed one by one.
-func kindOf(status int) error {
-	if status == http.StatusPaymentRequired {
-		return ErrDeclined
-	}
-	return lookupKindOf(status)
-}
-
-// lookupKindOf classifies a lookup's non-2xx status the same way, except that a lookup cannot
-// be declined: 400 and 422 reject our request, anything else is provider trouble.
-func lookupKindOf(status int) error {
-	switch status {
-	case http.StatusBadRequest, http.StatusUnprocessableEntity:
-		return ErrPermanent
-	default:
-		return ErrTransient
-	}
 }

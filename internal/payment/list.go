@@ -2,19 +2,19 @@ package payment
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strconv"
+	"strings"
 	"time"
+
+	"github.com/stripe/stripe-go/v82"
 )
 
-// ListQuery selects a page of the provider's charge list: charges created
-// from CreatedGTE to CreatedLTE (both inclusive, either may be zero for no
-// bound), after the charge StartingAfter (the last one of the previous
-// page), at most Limit (1 to 100).
+// ListQuery selects a page of the provider's PaymentIntents list: those created from
+// CreatedGTE to CreatedLTE (both inclusive, either may be zero for no bound), after the
+// PaymentIntent StartingAfter (the previous page's Cursor), at most Limit (1 to 100).
+// Stripe compares creation times in whole seconds, so the window sent is widened to them:
+// CreatedGTE rounded down, CreatedLTE up. A window read a little wider finds nothing new.
 type ListQuery struct {
 	CreatedGTE    time.Time
 	CreatedLTE    time.Time
@@ -22,105 +22,106 @@ type ListQuery struct {
 	Limit         int
 }
 
-// ListedCharge is one successful charge of the provider's list.
+// ListedCharge is a PaymentIntent of the list, as the ledger and the lookup see it.
 type ListedCharge struct {
-	ID        string
-	Reference string // the order id the charge was made for
+	ID        string // the PaymentIntent's id, "pi_…"
+	Reference string // its metadata order_id: the order it was made for; empty if none
 	Amount    int64
-	Currency  string
+	Currency  string // upper case, as orders store it
 	Created   time.Time
 }
 
-// ChargePage is one page of the charge list, in the provider's order.
+// ChargePage is one page of the list, newest first as the provider lists it.
 type ChargePage struct {
+	// Charges are the page's succeeded PaymentIntents: the ones that moved money.
 	Charges []ListedCharge
+	// Pending are its PaymentIntents that may still move money: processing,
+	// requires_action, requires_confirmation, requires_capture. Declined and canceled ones
+	// (requires_payment_method, canceled) moved none and are left out.
+	Pending []ListedCharge
+	// Cursor is the id of the page's last PaymentIntent, whatever its status: where the
+	// next page starts (ListQuery.StartingAfter). Empty for an empty page.
+	Cursor string
+	// HasMore reports that a next page may hold more. The SDK's list iterator keeps the
+	// list's has_more to itself, so a full page counts as "maybe more": a window whose
+	// size is a multiple of Limit costs one more, empty page.
 	HasMore bool
 }
 
-// ListCharges reads one page of the provider's charge list
-// (GET /v1/charges?created_gte=…&created_lte=…&limit=…&starting_after=…): its ledger,
-// which the worker walks to find charges that no paid order accounts for
-// (docs/design.md, "Provider protocol"). Like the lookup it changes nothing
-// at the provider, so it is always safe to retry. A failure is an *Error:
-// ErrPermanent for 400 and 422 (among them a cursor the provider does not
-// know), ErrTransient for anything else, including an answer that cannot be
-// trusted.
+// ListCharges reads one page of the provider's PaymentIntents list
+// (GET /v1/payment_intents?created[gte]=…&created[lte]=…&limit=…&starting_after=…), a
+// strongly consistent read: a PaymentIntent is listed from the moment the provider
+// accepted it. The ledger walks it to find charges no paid order accounts for, and the
+// lookup reads it to settle an unknown outcome. It changes nothing at the provider, so it
+// is always safe to retry. A failure is an *Error: ErrPermanent for a request the provider
+// refused (among them a cursor it does not know), ErrTransient for anything else,
+// including a page that cannot be trusted.
 func (c *Client) ListCharges(ctx context.Context, q ListQuery) (ChargePage, error) {
-	u := *c.chargesURL
-	params := url.Values{"limit": {strconv.Itoa(q.Limit)}}
-	if !q.CreatedGTE.IsZero() {
-		params.Set("created_gte", q.CreatedGTE.UTC().Format(time.RFC3339Nano))
-	}
-	if !q.CreatedLTE.IsZero() {
-		params.Set("created_lte", q.CreatedLTE.UTC().Format(time.RFC3339Nano))
-	}
-	if q.StartingAfter != "" {
-		params.Set("starting_after", q.StartingAfter)
-	}
-	u.RawQuery = params.Encode()
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	page, err := c.listCharges(ctx, q)
 	if err != nil {
-		return ChargePage{}, &Error{Kind: ErrPermanent, Err: fmt.Errorf("build request: %w", err)}
-	}
-	httpReq.Header.Set("Accept", "application/json")
-	resp, body, err := c.send(httpReq) //nolint:bodyclose // send reads the body and closes it
-	if err != nil {
-		return ChargePage{}, fmt.Errorf("list charges: %w", err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return ChargePage{}, fmt.Errorf("list charges: %w", newStatusError(lookupKindOf(resp.StatusCode), resp, body))
-	}
-	page, err := parseChargePage(resp.StatusCode, body)
-	if err != nil {
-		return ChargePage{}, fmt.Errorf("list charges: %w", err)
-	}
-	return page, nil
-}
-
-// listResult is the protocol's 200 body for the charge list.
-type listResult struct {
-	Data    *[]listedCharge `json:"data"`
-	HasMore *bool           `json:"has_more"`
-}
-
-type listedCharge struct {
-	chargeResult
-	Created time.Time `json:"created"`
-}
-
-// parseChargePage reads the list's 2xx body. Failed charges, should a
-// provider list them, moved no money and are skipped; a charge without an
-// id, a reference or a creation time, or not final, makes the page
-// untrustworthy: a walk that skipped it could miss a charge for good.
-func parseChargePage(status int, body []byte) (ChargePage, error) {
-	fail := func(err error) error { return &Error{Kind: ErrTransient, StatusCode: status, Err: err} }
-	var res listResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return ChargePage{}, fail(fmt.Errorf("decode response: %w", err))
-	}
-	if res.Data == nil || res.HasMore == nil {
-		return ChargePage{}, fail(errors.New("response lacks data or has_more"))
-	}
-	page := ChargePage{Charges: make([]ListedCharge, 0, len(*res.Data)), HasMore: *res.HasMore}
-	for _, ch := range *res.Data {
-		switch {
-		case ch.ID == "" || ch.Reference == "" || ch.Created.IsZero():
-			return ChargePage{}, fail(fmt.Errorf("listed charge %q lacks an id, reference or created time", ch.ID))
-		case ch.Status == "failed":
-			continue
-		case ch.Status != "succeeded":
-			return ChargePage{}, fail(fmt.Errorf("listed charge %s has status %q, not a final outcome", ch.ID, ch.Status))
+		if e, ok := errors.AsType[*Error](err); ok {
+			e.lookup = true // Classify treats a read's 409 apart from a create's
 		}
-		page.Charges = append(page.Charges, ListedCharge{ID: ch.ID, Reference: ch.Reference, Amount: ch.Amount, Currency: ch.Currency, Created: ch.Created.UTC()})
+		return ChargePage{}, fmt.Errorf("list payment intents: %w", err)
 	}
 	return page, nil
 }
 
-// ListCharges reads a page of the charge list (see Client.ListCharges)
-// through p's stack. The ledger walk has a Protected of its own (see
-// NewProtectedClient), not the charges' one: a page of a hundred charges
-// is a read of another size and cost than a charge, and a slow page must
-// neither count as a slow charge in the charges' breaker (which the fleet
+func (c *Client) listCharges(ctx context.Context, q ListQuery) (ChargePage, error) {
+	params := &stripe.PaymentIntentListParams{}
+	if !q.CreatedGTE.IsZero() || !q.CreatedLTE.IsZero() {
+		params.CreatedRange = &stripe.RangeQueryParams{}
+		if !q.CreatedGTE.IsZero() {
+			params.CreatedRange.GreaterThanOrEqual = q.CreatedGTE.Unix()
+		}
+		if !q.CreatedLTE.IsZero() {
+			params.CreatedRange.LesserThanOrEqual = ceilUnix(q.CreatedLTE)
+		}
+	}
+	params.Limit = stripe.Int64(int64(q.Limit))
+	if q.StartingAfter != "" {
+		params.StartingAfter = stripe.String(q.StartingAfter)
+	}
+	// One page per call: the iterator would page on by itself, inside one attempt of the
+	// resilience stack and under its one deadline.
+	params.Single = true
+	var page ChargePage
+	n := 0
+	for pi, err := range c.sc.V1PaymentIntents.List(ctx, params) {
+		if err != nil {
+			return ChargePage{}, classify(err)
+		}
+		n++
+		if pi.ID == "" || pi.Created == 0 {
+			return ChargePage{}, &Error{Kind: ErrTransient, Err: fmt.Errorf("listed PaymentIntent %q lacks an id or a creation time", pi.ID)}
+		}
+		page.Cursor = pi.ID
+		listed := ListedCharge{ID: pi.ID, Reference: pi.Metadata[metadataOrderID], Amount: pi.Amount,
+			Currency: strings.ToUpper(string(pi.Currency)), Created: time.Unix(pi.Created, 0).UTC()}
+		switch pi.Status {
+		case stripe.PaymentIntentStatusSucceeded:
+			page.Charges = append(page.Charges, listed)
+		case stripe.PaymentIntentStatusRequiresPaymentMethod, stripe.PaymentIntentStatusCanceled:
+		default:
+			page.Pending = append(page.Pending, listed)
+		}
+	}
+	page.HasMore = n == q.Limit
+	return page, nil
+}
+
+// ceilUnix is t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	if t.Equal(time.Unix(t.Unix(), 0)) {
+		return t.Unix()
+	}
+	return t.Unix() + 1
+}
+
+// ListCharges reads a page of the list (see Client.ListCharges) through p's stack. The
+// ledger walk has a Protected of its own (see NewProtectedClient), not the charges' one: a
+// page of a hundred PaymentIntents is a read of another size and cost than a charge, and a
+// slow page must neither count as a slow charge in the charges' breaker (which the fleet
 // shares) nor hold a charge's slot.
 func (p *Protected) ListCharges(ctx context.Context, q ListQuery) (ChargePage, error) {
 	return do(ctx, p, func(ctx context.Context) (ChargePage, error) { return p.client.ListCharges(ctx, q) })

@@ -2,104 +2,93 @@ package payment
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
+	"slices"
+	"time"
 )
 
-// FindCharges asks the provider which successful charges it holds for an order, by the
-// order's reference (GET /v1/charges?reference=<order id>), and returns them oldest first;
-// an order never charged gives an empty slice and a nil error. Receipts found this way have
-// Replayed false.
+// Lookup asks which PaymentIntents the provider holds for an order: those its attempts
+// could have created, so those created from CreatedFrom to CreatedTo. The window is the
+// caller's to choose from what it knows of the order's attempts (order.Resolve).
+type Lookup struct {
+	OrderID     string
+	CreatedFrom time.Time
+	CreatedTo   time.Time
+}
+
+// lookupPage is how many PaymentIntents one page of a lookup asks for: the list's largest
+// page, so a lookup's window of a minute at 40 orders a second is 24 pages.
+const lookupPage = 100
+
+// FindCharges answers l from the PaymentIntents list (see ListCharges), page by page: the
+// order's succeeded PaymentIntents, oldest first. None gives an empty slice and a nil error,
+// and none succeeded while one is processing or requires_action gives ErrPending. Receipts
+// found this way have Replayed false.
 //
 // The lookup turns an ambiguous charge attempt (a timeout, a lost response, a 409, a 5xx)
-// into a certain outcome, and it still works once the provider
-// has forgotten the order's idempotency key: the provider answers from its record of charges.
-// It changes nothing at the provider, so it is always safe to retry.
+// into a certain outcome, and it still works once the provider has forgotten the order's
+// idempotency key. It reads the list, never the search endpoint: Stripe's search lags
+// behind writes (under a minute, up to an hour in an outage), so it could say "none" for an
+// order it charged. Nor does it replay the create, which after the key is forgotten would
+// charge again. It changes nothing at the provider, so it is always safe to retry.
 //
-// A failure is an *Error wrapped with the order id, classified as for Charge except that a
-// lookup is never declined: ErrPermanent for 400 and 422 (our request is wrong), ErrTransient
-// for anything else, including an answer that cannot be trusted (unparseable, a charge for
-// another reference, a charge whose outcome is not final). An error never means "not
-// charged": a failed lookup proves nothing.
-func (c *Client) FindCharges(ctx context.Context, orderID string) ([]Receipt, error) {
-	receipts, err := c.findCharges(ctx, orderID)
-	if err != nil {
-		if e, ok := errors.AsType[*Error](err); ok {
-			e.lookup = true // Classify treats a lookup's 409 apart from a charge's
+// A failure is an *Error wrapped with the order id, classified as a list's. An error never
+// means "not charged": a failed lookup proves nothing.
+func (c *Client) FindCharges(ctx context.Context, l Lookup) ([]Receipt, error) {
+	return findCharges(ctx, l, c.ListCharges)
+}
+
+// FindCharges looks up the order's successful charges (see Client.FindCharges) through
+// the same stack as Charge, page by page, and so shares its breaker and bulkhead: a
+// provider outage takes the lookup down with the charges, and a lookup takes a slot a
+// charge could have used. Besides Client.FindCharges's errors it may return the stack's
+// refusals, as Charge.
+func (p *Protected) FindCharges(ctx context.Context, l Lookup) ([]Receipt, error) {
+	return findCharges(ctx, l, func(ctx context.Context, q ListQuery) (ChargePage, error) {
+		return do(ctx, p, func(ctx context.Context) (ChargePage, error) { return p.client.ListCharges(ctx, q) })
+	})
+}
+
+func findCharges(ctx context.Context, l Lookup, list func(context.Context, ListQuery) (ChargePage, error)) ([]Receipt, error) {
+	var (
+		receipts []Receipt
+		pending  string
+	)
+	q := ListQuery{CreatedGTE: l.CreatedFrom, CreatedLTE: l.CreatedTo, Limit: lookupPage}
+	for {
+		page, err := list(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("find charges of order %s: %w", l.OrderID, err)
 		}
-		return nil, fmt.Errorf("find charges of order %s: %w", orderID, err)
+		for _, ch := range page.Charges {
+			if ch.Reference == l.OrderID {
+				receipts = append(receipts, Receipt{ChargeID: ch.ID, Amount: ch.Amount, Currency: ch.Currency})
+			}
+		}
+		for _, ch := range page.Pending {
+			if ch.Reference == l.OrderID {
+				pending = ch.ID
+			}
+		}
+		if !page.HasMore {
+			break
+		}
+		q.StartingAfter = page.Cursor
 	}
+	if len(receipts) == 0 && pending != "" {
+		return nil, fmt.Errorf("find charges of order %s: %w", l.OrderID,
+			&Error{Kind: ErrPending, PaymentIntent: pending, lookup: true})
+	}
+	slices.Reverse(receipts) // the list is newest first
 	return receipts, nil
 }
 
-// probeReference is the reference Probe looks up: one no order has (order
-// ids are UUIDs), so the answer is an empty list.
-const probeReference = "checkout-probe"
-
-// Probe asks the provider a question that changes nothing there: the
-// charges of probeReference. The resilience stack sends it before a charge
-// that would go out while every slot is held for calls a hung provider may
-// still be working on (resilience.Options.Probe), so that a provider still
-// hanging holds a lookup rather than a customer's payment. Any trustworthy
-// answer is a success; it fails as FindCharges does.
+// Probe asks the provider a question that changes nothing there: the newest PaymentIntent.
+// The resilience stack sends it before a charge that would go out while every slot is held
+// for calls a hung provider may still be working on (resilience.Options.Probe), so that a
+// provider still hanging holds a read rather than a customer's payment. Any trustworthy
+// answer is a success; it fails as ListCharges does.
 func (c *Client) Probe(ctx context.Context) error {
-	_, err := c.FindCharges(ctx, probeReference)
+	_, err := c.ListCharges(ctx, ListQuery{Limit: 1})
 	return err
-}
-
-// lookupResult is the protocol's 200 body for a lookup.
-type lookupResult struct {
-	Data *[]chargeResult `json:"data"`
-}
-
-func (c *Client) findCharges(ctx context.Context, orderID string) ([]Receipt, error) {
-	u := *c.chargesURL
-	u.RawQuery = url.Values{"reference": {orderID}}.Encode()
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, &Error{Kind: ErrPermanent, Err: fmt.Errorf("build request: %w", err)}
-	}
-	httpReq.Header.Set("Accept", "application/json")
-	resp, body, err := c.send(httpReq) //nolint:bodyclose // send reads the body and closes it
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, newStatusError(lookupKindOf(resp.StatusCode), resp, body)
-	}
-	return parseCharges(resp.StatusCode, body, orderID)
-}
-
-// parseCharges reads a lookup's 2xx body. The protocol lists successful charges only; a
-// provider that lists failed ones as well (as real ones may) has them skipped, since they
-// moved no money. Anything else that is not a succeeded charge of this order makes the whole
-// answer untrustworthy, and so transient: a charge still in progress may yet succeed, and a
-// charge for another reference means the provider answered some other question.
-func parseCharges(status int, body []byte, orderID string) ([]Receipt, error) {
-	fail := func(err error) error { return &Error{Kind: ErrTransient, StatusCode: status, Err: err} }
-	var res lookupResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return nil, fail(fmt.Errorf("decode response: %w", err))
-	}
-	if res.Data == nil {
-		return nil, fail(errors.New("response has no data list"))
-	}
-	receipts := make([]Receipt, 0, len(*res.Data))
-	for _, ch := range *res.Data {
-		switch {
-		case ch.ID == "":
-			return nil, fail(errors.New("listed charge without an id"))
-		case ch.Reference != orderID:
-			return nil, fail(fmt.Errorf("listed charge %s is for reference %q", ch.ID, ch.Reference))
-		case ch.Status == "failed":
-			continue
-		case ch.Status != "succeeded":
-			return nil, fail(fmt.Errorf("listed charge %s has status %q, not a final outcome", ch.ID, ch.Status))
-		}
-		receipts = append(receipts, Receipt{ChargeID: ch.ID, Amount: ch.Amount, Currency: ch.Currency})
-	}
-	return receipts, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/payment"
+	"github.com/resilientcheckout/checkout/internal/resilience"
 	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 )
 
@@ -35,7 +36,7 @@ func setup(t *testing.T, latency time.Duration) *bundle {
 			resp.Body.Close()
 		}
 	})
-	client, err := payment.NewClient(payment.Config{BaseURL: srv.URL, MaxConns: 8})
+	client, err := payment.NewClient(payment.Config{BaseURL: srv.URL, SecretKey: "sk_test_checkout", MaxConns: 8})
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}
@@ -77,8 +78,8 @@ func TestChargeSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
-	if !strings.HasPrefix(got.ChargeID, "ch_") || got.Amount != 2598 || got.Currency != "USD" || got.Replayed {
-		t.Errorf("receipt: got %+v, want a fresh ch_… charge of 2598 USD", got)
+	if !strings.HasPrefix(got.ChargeID, "pi_") || got.Amount != 2598 || got.Currency != "USD" || got.Replayed {
+		t.Errorf("receipt: got %+v, want a fresh pi_… PaymentIntent of 2598 USD", got)
 	}
 	if got, want := b.charges(t, "o1"), 1; got != want {
 		t.Errorf("charges for o1: got %d, want %d", got, want)
@@ -136,7 +137,11 @@ func TestConcurrentChargesOfOneOrderChargeOnce(t *testing.T) {
 	}
 }
 
-func TestKeyReusedWithOtherParamsIsPermanent(t *testing.T) {
+// TestKeyReusedWithOtherParamsIsOurBugNotAFailure: the provider refuses the
+// key reused with other parameters (400 idempotency_error). The key's first
+// request charged, so the answer must not fail the order: it is transient
+// for the order, final for the stack, and flagged for an alert.
+func TestKeyReusedWithOtherParamsIsOurBugNotAFailure(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	if _, err := b.client.Charge(t.Context(), order("o1")); err != nil {
@@ -147,14 +152,35 @@ func TestKeyReusedWithOtherParamsIsPermanent(t *testing.T) {
 	_, err := b.client.Charge(t.Context(), changed)
 
 	var perr *payment.Error
-	if !errors.Is(err, payment.ErrPermanent) || !errors.As(err, &perr) {
-		t.Fatalf("got %v, want an ErrPermanent *payment.Error", err)
+	if !payment.IsKeyReused(err) || !payment.IsTransient(err) || !errors.As(err, &perr) {
+		t.Fatalf("got %v, want a transient *payment.Error with IsKeyReused", err)
 	}
-	if got, want := perr.StatusCode, http.StatusUnprocessableEntity; got != want {
+	if got, want := perr.StatusCode, http.StatusBadRequest; got != want {
 		t.Errorf("status: got %d, want %d", got, want)
 	}
-	if payment.IsTransient(err) {
-		t.Error("IsTransient = true for a 422")
+	if errors.Is(err, payment.ErrPermanent) {
+		t.Error("a reused key is ErrPermanent: the order would fail although its first request charged")
+	}
+	if got := payment.Classify(err); got != resilience.Final {
+		t.Errorf("Classify = %v, want Final: a retry gets the same answer", got)
+	}
+}
+
+// TestAuthenticationRequiredIsPending: a card that asks for 3-D Secure
+// leaves the PaymentIntent requires_action: neither paid nor declined, and
+// no breaker failure.
+func TestAuthenticationRequiredIsPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	req := order("o1")
+	req.PaymentMethod = "pm_card_authenticationRequired"
+	_, err := b.client.Charge(t.Context(), req)
+	var perr *payment.Error
+	if !payment.IsPending(err) || !errors.As(err, &perr) || perr.Code != "requires_action" || !strings.HasPrefix(perr.PaymentIntent, "pi_") {
+		t.Fatalf("got %v, want ErrPending for a PaymentIntent in requires_action", err)
+	}
+	if payment.IsTransient(err) || payment.IsDeclined(err) || payment.Classify(err) != resilience.Final {
+		t.Errorf("%v: want only ErrPending, final for the stack", err)
 	}
 }
 
@@ -169,8 +195,8 @@ func TestDeclineIsDeclined(t *testing.T) {
 	if !payment.IsDeclined(err) || !errors.As(err, &perr) {
 		t.Fatalf("got %v, want an ErrDeclined *payment.Error", err)
 	}
-	if got, want := perr.Code, "card_declined"; got != want {
-		t.Errorf("code: got %q, want %q", got, want)
+	if perr.Type != "card_error" || perr.Code != "card_declined" || perr.DeclineCode != "generic_decline" || !strings.HasPrefix(perr.PaymentIntent, "pi_") {
+		t.Errorf("error: got %+v, want a card_error card_declined/generic_decline naming its PaymentIntent", perr)
 	}
 	if got, want := err.Error(), "charge order o1: "; !strings.HasPrefix(got, want) {
 		t.Errorf("message: got %q, want prefix %q", got, want)

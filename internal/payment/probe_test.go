@@ -23,7 +23,7 @@ func TestAChargeOverHeldCallsWaitsForALookup(t *testing.T) {
 	cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax = 1, 1, 1
 	cfg.AttemptTimeout, cfg.SlowCallThreshold = 200*time.Millisecond, 150*time.Millisecond
 	cfg.OpenDuration, cfg.OpenJitter = 300*time.Millisecond, 0
-	p, err := payment.NewProtectedClient("payment", sim.URL, cfg, nil, slog.New(slog.DiscardHandler))
+	p, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"}, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,13 @@ import (
 )
 
 // Protected is the Client behind the resilience stack: retry → circuit
-// breaker → bulkhead → per-attempt timeout → Charge or FindCharges. Both the
-// API and the worker charge through one of these, each with a Policy of its
-// own.
+// breaker → bulkhead → per-attempt timeout → Charge, or a page of
+// FindCharges or ListCharges. Both the API and the worker charge through one
+// of these, each with a Policy of its own.
 type Protected struct {
 	client *Client
 	policy *resilience.Policy
+	log    *slog.Logger
 	// heldUntil is when the provider's last Retry-After (a 429) ends, in
 	// Unix nanoseconds: until then no call is sent (ErrHeldBack).
 	heldUntil atomic.Int64
@@ -39,6 +40,10 @@ func do[T any](ctx context.Context, p *Protected, fn func(context.Context) (T, e
 		return zero, fmt.Errorf("%w (%v left)", ErrHeldBack, wait.Round(time.Millisecond))
 	}
 	v, err := resilience.Do(ctx, p.policy, fn)
+	if IsKeyReused(err) {
+		// Our bug, and one that leaves an order's outcome unknown: a person must look.
+		p.log.ErrorContext(ctx, "payment provider refused an idempotency key reused with other parameters", "err", err)
+	}
 	if wait, ok := RetryAfterOf(err); ok {
 		until := time.Now().Add(wait).UnixNano()
 		for old := p.heldUntil.Load(); old < until && !p.heldUntil.CompareAndSwap(old, until); old = p.heldUntil.Load() {
@@ -54,16 +59,21 @@ func (p *Protected) heldFor() time.Duration {
 
 // NewProtected wraps client with policy. Build policy with Classify set to
 // this package's Classify, so declines and our own bad requests neither
-// trip the breaker nor get retried.
-func NewProtected(client *Client, policy *resilience.Policy) *Protected {
-	return &Protected{client: client, policy: policy}
+// trip the breaker nor get retried. log receives the alert of a key reused
+// with other parameters (IsKeyReused); nil discards it.
+func NewProtected(client *Client, policy *resilience.Policy, log *slog.Logger) *Protected {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Protected{client: client, policy: policy, log: log}
 }
 
 // NewProtectedClient builds the whole protected client for one role: a
-// Client for baseURL behind a Policy called name (its metrics and logs
-// label), whose probe is Client.Probe: a charge that would go out while
-// every slot is held for calls a hung provider may still be working on
-// goes only after a lookup has come back in time.
+// Client for the provider ccfg names (its base URL and secret key) behind a
+// Policy called name (its metrics and logs label), whose probe is
+// Client.Probe: a charge that would go out while every slot is held for
+// calls a hung provider may still be working on goes only after a read has
+// come back in time.
 //
 // The connection cap is the most calls the policy's concurrency limit
 // ever admits (the adaptive limit's maximum, not its current value; or the
@@ -71,12 +81,12 @@ func NewProtected(client *Client, policy *resilience.Policy) *Protected {
 // would make calls queue inside net/http, invisible to the limit's
 // metrics — and outside protected mode there is no cap at all, since a cap
 // is a bulkhead too.
-func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilience.Metrics, log *slog.Logger) (*Protected, error) {
-	maxConns := cfg.MaxConcurrency()
-	if maxConns == 0 {
-		maxConns = -1
+func NewProtectedClient(name string, ccfg Config, cfg resilience.Config, m *resilience.Metrics, log *slog.Logger) (*Protected, error) {
+	ccfg.MaxConns = cfg.MaxConcurrency()
+	if ccfg.MaxConns == 0 {
+		ccfg.MaxConns = -1
 	}
-	client, err := NewClient(Config{BaseURL: baseURL, MaxConns: maxConns})
+	client, err := NewClient(ccfg)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +94,7 @@ func NewProtectedClient(name, baseURL string, cfg resilience.Config, m *resilien
 	if err != nil {
 		return nil, err
 	}
-	return NewProtected(client, policy), nil
+	return NewProtected(client, policy, log), nil
 }
 
 // Charge charges req through the stack. Besides the errors Client.Charge
@@ -98,16 +108,6 @@ func (p *Protected) Charge(ctx context.Context, req ChargeRequest) (Receipt, err
 	})
 }
 
-// FindCharges looks up the order's successful charges (see Client.FindCharges) through
-// the same stack as Charge, and so shares its breaker and bulkhead: a provider outage
-// takes the lookup down with the charges, and a lookup takes a slot a charge could have
-// used. Besides Client.FindCharges's errors it may return the stack's refusals, as Charge.
-func (p *Protected) FindCharges(ctx context.Context, orderID string) ([]Receipt, error) {
-	return do(ctx, p, func(ctx context.Context) ([]Receipt, error) {
-		return p.client.FindCharges(ctx, orderID)
-	})
-}
-
 // RetryAfter is how long until the stack lets a call through again (the
 // breaker, the concurrency limit) and the provider's last Retry-After has
 // passed.
@@ -115,9 +115,12 @@ func (p *Protected) RetryAfter() time.Duration { return max(p.policy.RetryAfter(
 
 // Classify tells the resilience stack which errors are the provider's
 // trouble (transient: count against the breaker, retry) and which are final
-// answers for this call (declined, a request the provider rejected, a 409:
-// another call with the same key is still in progress there, or a 429: the
-// call was over the provider's rate limit).
+// answers for this call (declined, a request the provider rejected, a
+// PaymentIntent pending, a key reused with other parameters, a 409: another
+// call with the same key is still in progress there, or a 429: the call was
+// over the provider's rate limit). A pending PaymentIntent and a reused key
+// are the same answer again on a retry with the key; neither says anything
+// against the provider's health.
 //
 // A 409 stays ErrTransient for the order — it is not charged yet, and may
 // be — but the provider answered it at once, so it says nothing against
@@ -133,7 +136,8 @@ func (p *Protected) RetryAfter() time.Duration { return max(p.policy.RetryAfter(
 // the call would meet the same limit. The caller waits for its Retry-After
 // instead. A lookup or a list answered 429 is classified alike.
 func Classify(err error) resilience.Class {
-	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) || IsInProgress(err) || IsThrottled(err) {
+	if errors.Is(err, ErrDeclined) || errors.Is(err, ErrPermanent) || errors.Is(err, ErrPending) ||
+		IsInProgress(err) || IsThrottled(err) || IsKeyReused(err) {
 		return resilience.Final
 	}
 	return resilience.Transient

@@ -75,7 +75,7 @@ func isDialError(err error) bool {
 func TestLostAnswerOnReusedConnIsNotResent(t *testing.T) {
 	t.Parallel()
 	url, sim := droppingProvider(t)
-	client, err := NewClient(Config{BaseURL: url})
+	client, err := NewClient(Config{BaseURL: url, SecretKey: "sk_test_checkout"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestThrottledIsNoBreakerFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payment.NewClient(payment.Config{BaseURL: sim.URL})
+	client, err := payment.NewClient(payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +95,12 @@ func TestRetryAfter(t *testing.T) {
 				_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"rate_limit","message":"slow down"}}`))
 			}))
 			t.Cleanup(srv.Close)
-			client, err := payment.NewClient(payment.Config{BaseURL: srv.URL})
+			client, err := payment.NewClient(payment.Config{BaseURL: srv.URL, SecretKey: "sk_test_checkout"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, chargeErr := client.Charge(t.Context(), order("o1"))
-			_, lookupErr := client.FindCharges(t.Context(), "o1")
+			_, lookupErr := client.FindCharges(t.Context(), recent("o1"))
 			_, listErr := client.ListCharges(t.Context(), payment.ListQuery{Limit: 10})
 			for call, err := range map[string]error{"charge": chargeErr, "lookup": lookupErr, "list": listErr} {
 				wait, ok := payment.RetryAfterOf(err)
@@ -132,7 +132,7 @@ func TestRetryAfterOfOtherErrors(t *testing.T) {
 func TestProtectedHoldsCallsBackUntilRetryAfter(t *testing.T) {
 	t.Parallel()
 	sim := simtest.StartConfig(t, paymentsim.Config{RateLimit: 1})
-	p, err := payment.NewProtectedClient("payment", sim.URL, resilience.DefaultConfig(), nil, nil)
+	p, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: sim.URL, SecretKey: "sk_test_checkout"}, resilience.DefaultConfig(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestProtectedHoldsCallsBackUntilRetryAfter(t *testing.T) {
 	}
 	for _, call := range []func() error{
 		func() error { _, err := p.Charge(t.Context(), order("o3")); return err },
-		func() error { _, err := p.FindCharges(t.Context(), "o3"); return err },
+		func() error { _, err := p.FindCharges(t.Context(), recent("o3")); return err },
 		func() error { _, err := p.ListCharges(t.Context(), payment.ListQuery{Limit: 10}); return err },
 	} {
 		if err := call(); !errors.Is(err, payment.ErrHeldBack) || !payment.IsRefused(err) {

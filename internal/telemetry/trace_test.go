@@ -26,6 +26,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/api"
 	"github.com/resilientcheckout/checkout/internal/database"
 	"github.com/resilientcheckout/checkout/internal/database/dbtest"
+	"github.com/resilientcheckout/checkout/internal/httpserver"
 	"github.com/resilientcheckout/checkout/internal/idempotency"
 	"github.com/resilientcheckout/checkout/internal/order"
 	"github.com/resilientcheckout/checkout/internal/orderpayment"
@@ -93,7 +94,7 @@ func TestDeferredOrderTrace(t *testing.T) {
 	if req1.Name != "POST /orders" {
 		t.Errorf("server span named %q, want %q (the route pattern)", req1.Name, "POST /orders")
 	}
-	if calls := children(got, req1, "POST /v1/charges"); len(calls) != 2 {
+	if calls := children(got, req1, "POST /v1/payment_intents"); len(calls) != 2 {
 		t.Errorf("first request: %d provider call spans under the server span, want 2 (one per attempt)\n%s", len(calls), dump(got))
 	}
 	if dbs := dbChildren(got, req1); len(dbs) == 0 {
@@ -114,7 +115,7 @@ func TestDeferredOrderTrace(t *testing.T) {
 
 	// Second request: the breaker is open, so no provider call.
 	req2 := serverSpan(t, got, second)
-	if calls := children(got, req2, "POST /v1/charges"); len(calls) != 0 {
+	if calls := children(got, req2, "POST /v1/payment_intents"); len(calls) != 0 {
 		t.Errorf("second request: %d provider calls, want none (breaker open)", len(calls))
 	}
 	if e, ok := event(req2, "resilience.rejected"); !ok {
@@ -130,13 +131,13 @@ func TestDeferredOrderTrace(t *testing.T) {
 		if work.Parent.IsValid() {
 			t.Errorf("work span has parent %s: want a trace of its own, linked", work.Parent.SpanID())
 		}
-		calls := children(got, work, "POST /v1/charges")
+		calls := children(got, work, "POST /v1/payment_intents")
 		if len(calls) != 1 {
 			t.Errorf("work span %s: %d provider call spans under it, want 1\n%s", work.SpanContext.SpanID(), len(calls), dump(got))
 			continue
 		}
-		if code := attr(calls[0].Attributes, "http.response.status_code"); code != "201" {
-			t.Errorf("worker's provider call answered %s, want 201", code)
+		if code := attr(calls[0].Attributes, "http.response.status_code"); code != "200" {
+			t.Errorf("worker's provider call answered %s, want 200", code)
 		}
 		if len(dbChildren(got, work)) == 0 {
 			t.Errorf("work span has no database spans (loading and settling the order)")
@@ -211,7 +212,7 @@ func startCheckout(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.Tra
 	// Two failed attempts open the breaker, so the second order shows a
 	// rejection.
 	cfg.WindowSize, cfg.MinCalls = 2, 2
-	provider, err := payment.NewProtectedClient("payment", simURL, cfg, rm, log)
+	provider, err := payment.NewProtectedClient("payment", payment.Config{BaseURL: simURL, SecretKey: "sk_test_checkout"}, cfg, rm, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +226,15 @@ func startCheckout(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.Tra
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiPool, err := resilience.NewPool("api", resilience.DefaultAPIPool(), rm, api.PoolFull)
+	pm, err := httpserver.NewPoolMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthPool, err := resilience.NewPool("health", resilience.DefaultHealthPool(), rm, api.PoolFull)
+	apiPool, err := httpserver.NewPool("api", httpserver.DefaultAPIPool(), pm, api.PoolFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthPool, err := httpserver.NewPool("health", httpserver.DefaultHealthPool(), pm, api.PoolFull)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +253,7 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, simURL string, tp trace.Trace
 	t.Helper()
 	cfg := resilience.DefaultConfig()
 	cfg.MaxAttempts = 1 // as in cmd/worker
-	provider, err := payment.NewProtectedClient("payment-worker", simURL, cfg, nil, log)
+	provider, err := payment.NewProtectedClient("payment-worker", payment.Config{BaseURL: simURL, SecretKey: "sk_test_checkout"}, cfg, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ import (
 //   - breaker open or limit full: the job snoozes until the breaker will
 //     let a probe through. Snoozing does not use an attempt, so an outage of
 //     any length never exhausts a job.
+//   - the payment pending at the provider (a PaymentIntent processing or
+//     requires_action): the job looks the order up at once and, while the
+//     payment stays pending, every pendingPace, using no attempt.
 //   - an earlier attempt still in progress at the provider (409): the job
 //     snoozes a second, and the next attempt replays that one's answer.
 //   - over the provider's rate limit (429): the job snoozes for the
@@ -127,6 +130,12 @@ const retryCeiling = 10 * time.Minute
 // costs the provider a key lookup, no charge.
 const inProgressPace = 500 * time.Millisecond
 
+// pendingPace is how often an order whose payment is pending at the
+// provider (processing, or waiting for the customer to authenticate) is
+// looked up again: a card payment leaves processing within seconds, and a
+// lookup reads one window of the list.
+const pendingPace = 10 * time.Second
+
 // unresolvedPace is how often an order past giving up asks the provider's
 // lookup again while the lookup fails. A lookup is a read that charges
 // nothing, so once a minute is cheap, and an order then settles within a
@@ -219,6 +228,12 @@ func (w *ChargeWorker) work(ctx context.Context, job *river.Job[order.ChargeArgs
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	case errors.Is(err, order.ErrThrottled):
 		return w.throttled(ctx, o, err)
+	case errors.Is(err, order.ErrPending):
+		// The provider holds the payment neither paid nor failed, and every
+		// attempt under the key would replay that answer: ask the list for
+		// the payment as it is now. No attempt is in flight — this one
+		// came back with the payment — so no wait is needed first.
+		return w.lookUp(ctx, job, o)
 	case errors.Is(err, order.ErrInProgress):
 		// An earlier attempt — the API's, given up on during an outage —
 		// is still at the provider. Its answer is what this order waits
@@ -238,7 +253,17 @@ func (w *ChargeWorker) resolve(ctx context.Context, job *river.Job[order.ChargeA
 		// could say "no charge" just before it lands.
 		return river.JobSnooze(wait)
 	}
-	to, err := order.Resolve(ctx, w.payer, o)
+	return w.lookUp(ctx, job, o)
+}
+
+// lookUp settles o from the provider's lookup; a payment still pending there
+// is asked about again after pendingPace.
+func (w *ChargeWorker) lookUp(ctx context.Context, job *river.Job[order.ChargeArgs], o order.Order) error {
+	to, err := order.Resolve(ctx, w.payer, o, w.policy.LookupAfter)
+	if errors.Is(err, order.ErrPending) {
+		w.log.InfoContext(ctx, "payment pending at the provider; asking again later", "order_id", o.ID, "err", err)
+		return w.snooze(ctx, o, pendingPace)
+	}
 	if errors.Is(err, order.ErrRefused) {
 		return w.snooze(ctx, o, w.payer.RetryAfter())
 	}

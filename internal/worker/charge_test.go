@@ -64,7 +64,7 @@ func setupWorker(t *testing.T) *workerBundle {
 // newPayer is the worker's protected payment client, as cmd/worker wires it.
 func newPayer(t *testing.T, url string, cfg resilience.Config) order.Payer {
 	t.Helper()
-	client, err := payment.NewProtectedClient("payment-worker", url, cfg, nil, slog.New(slog.DiscardHandler))
+	client, err := payment.NewProtectedClient("payment-worker", payment.Config{BaseURL: url, SecretKey: "sk_test_checkout"}, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +389,11 @@ func TestWorkerNeverChargesUnderAForgottenKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.sim.Fault(t, `{"reset_after_charge":true}`)
+	// An attempt is recorded before it is sent, as the API and the worker
+	// record theirs: the lookup reads the window around the attempts.
+	if _, err := order.MarkAttempt(context.Background(), b.db, id); err != nil {
+		t.Fatal(err)
+	}
 	_, _, _ = order.Charge(context.Background(), b.payer, o) // charged, answer lost
 	b.sim.Heal(t)
 	for i := range 3 { // three other orders push its key out of the ledger
@@ -690,5 +695,52 @@ func TestWorkerSnoozesAThrottledChargeForRetryAfter(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobSnoozed)); got == 0 {
 		t.Error("no job snoozed")
+	}
+}
+
+// countingPayer counts the lookups it is asked for.
+type countingPayer struct {
+	order.Payer
+	lookups atomic.Int32
+}
+
+func (p *countingPayer) FindCharges(ctx context.Context, l order.Lookup) ([]order.Receipt, error) {
+	p.lookups.Add(1)
+	return p.Payer.FindCharges(ctx, l)
+}
+
+// TestPendingPaymentIsNeitherPaidNorFailed: a card asking for 3-D Secure
+// leaves the PaymentIntent requires_action, the third outcome. The worker
+// neither pays nor fails the order: it looks the order up instead of
+// charging again (a create under the key would only replay the old answer),
+// finds the payment still pending, and snoozes the job, which uses no
+// attempt, so the order stays pending_payment with a job to settle it.
+func TestPendingPaymentIsNeitherPaidNorFailed(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t)
+	id := b.pendingOrder(t, "pm_card_authenticationRequired", nil)
+	payer := &countingPayer{Payer: b.payer}
+	b.start(t, payer)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for state, _ := b.job(t, id); payer.lookups.Load() == 0 || state != "scheduled"; state, _ = b.job(t, id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d lookups, job %s; want the pending payment looked up and the job snoozed (scheduled)",
+				payer.lookups.Load(), state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	o, err := order.Get(context.Background(), b.db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != order.StatusPendingPayment {
+		t.Errorf("order = %s (%s), want pending_payment: the provider holds the payment neither paid nor failed", o.Status, o.FailureReason)
+	}
+	if got := testutil.ToFloat64(b.metrics.jobs.WithLabelValues(jobSnoozed)); got == 0 {
+		t.Error("no job snoozed")
+	}
+	if st := b.sim.Stats(t); st.ChargesByReference[id.String()] != 0 || st.Declines != 0 {
+		t.Errorf("provider: %d charges, %d declines; want neither", st.ChargesByReference[id.String()], st.Declines)
 	}
 }

@@ -20,10 +20,10 @@ type gatedPayer struct {
 	lookupGo, chargeGo           chan struct{}
 }
 
-func (p *gatedPayer) FindCharges(ctx context.Context, reference string) ([]order.Receipt, error) {
+func (p *gatedPayer) FindCharges(ctx context.Context, l order.Lookup) ([]order.Receipt, error) {
 	close(p.lookupStarted)
 	<-p.lookupGo
-	return p.Payer.FindCharges(ctx, reference)
+	return p.Payer.FindCharges(ctx, l)
 }
 
 func (p *gatedPayer) Charge(ctx context.Context, req order.ChargeRequest) (order.Receipt, error) {

@@ -317,7 +317,9 @@ func (s *Simulator) processIntent(ctx context.Context, req intentRequest, fault 
 	if reference == "" {
 		reference = pi.ID // a payment of no order: its own reference, never a duplicate
 	}
-	ch := &charge{ID: pi.LatestCharge, Status: "succeeded", Amount: req.Amount, Currency: strings.ToUpper(req.Currency),
+	// The charge record names the payment by its PaymentIntent, the object the client knows
+	// and the order stores; the charge under it is the intent's latest_charge.
+	ch := &charge{ID: pi.ID, Status: "succeeded", Amount: req.Amount, Currency: strings.ToUpper(req.Currency),
 		Reference: reference, Created: created}
 	return jsonResponse(http.StatusOK, pi.json()), ch, pi
 }

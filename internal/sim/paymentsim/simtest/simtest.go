@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +96,30 @@ func (s *Server) admin(ctx context.Context, method, path, body string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// Charge creates and confirms a PaymentIntent of 2598 USD for orderID under the idempotency
+// key key, as another client of the provider would — the dashboard, a lost release — and
+// returns its id. It speaks the protocol by hand, not through internal/payment, so a test
+// of the client's reads does not depend on its writes.
+func (s *Server) Charge(t testing.TB, orderID, key string) string {
+	t.Helper()
+	form := url.Values{"amount": {"2598"}, "currency": {"usd"}, "payment_method": {"pm_card_visa"}, "confirm": {"true"},
+		"metadata[order_id]": {orderID}}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/v1/payment_intents", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer sk_test_simtest")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("simulator: create a PaymentIntent: %v", err)
+	}
+	defer resp.Body.Close()
+	var pi struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&pi); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("simulator: create a PaymentIntent for %s: status %d, %v", orderID, resp.StatusCode, err)
+	}
+	return pi.ID
 }
