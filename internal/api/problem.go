@@ -82,7 +82,7 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	writeProblem(w, newProblem(http.StatusMethodNotAllowed, "", "This resource does not support that method; see the Allow header."))
 }
 
-// poolFull is the answer of a full API or health pool (resilience.Pool):
+// poolFull is the answer of a full API or health pool (httpserver.Pool):
 // written for every shed request while the server is saturated, so it is
 // rendered once.
 var poolFull = func() []byte {
@@ -91,7 +91,7 @@ var poolFull = func() []byte {
 	return body
 }()
 
-// PoolFull writes poolFull; resilience.Pool calls it when it sheds a request.
+// PoolFull writes poolFull; httpserver.Pool calls it when it sheds a request.
 func PoolFull(w http.ResponseWriter, _ *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", problemContentType)

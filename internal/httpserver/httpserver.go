@@ -1,6 +1,7 @@
 // Package httpserver runs an http.Handler with the timeouts and graceful
 // shutdown every binary of the project needs, so each cmd/*/main.go stays a
-// thin piece of wiring.
+// thin piece of wiring, and bounds how many requests a group of routes
+// serves at once (Pool).
 package httpserver
 
 import (

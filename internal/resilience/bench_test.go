@@ -148,23 +148,8 @@ func benchProtected(b *testing.B, open bool, limit LimitKind) {
 }
 
 // BenchmarkLimit measures the concurrency limit alone, acquire and release
-// around a bare call, beside the channel semaphore the static bulkhead was
-// before the adaptive limit (and the HTTP pools still are): the cost the
-// limit adds to the closed path.
+// around a bare call: the cost the limit adds to the closed path.
 func BenchmarkLimit(b *testing.B) {
-	m, _ := NewMetrics(nil)
-	b.Run("channel-bulkhead", func(b *testing.B) {
-		bh := newBulkhead(4, 0, m.bulkheadInUse.WithLabelValues("bench"), m.bulkheadRejected.WithLabelValues("bench"))
-		benchSerialAndParallel(b, func(ctx context.Context) error {
-			if err := bh.acquire(ctx); err != nil {
-				return err
-			}
-			v, err := bareCall(ctx)
-			sink += v
-			bh.release()
-			return err
-		})
-	})
 	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
 		b.Run(limit.String(), func(b *testing.B) {
 			p := benchPolicy(b, false, limit)

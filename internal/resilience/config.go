@@ -324,35 +324,3 @@ func (c Config) Validate() error {
 	check(c.LimitBackoff >= 0.5 && c.LimitBackoff < 1, "LimitBackoff %v must be in [0.5, 1)", c.LimitBackoff)
 	return errors.Join(errs...)
 }
-
-// PoolConfig sizes an HTTP concurrency [Pool].
-type PoolConfig struct {
-	// Size bounds the requests the pool serves at once.
-	Size int
-	// MaxWait is how long a request may queue for a slot before it gets
-	// 503 with Retry-After.
-	MaxWait time.Duration
-}
-
-// DefaultAPIPool is the pool business routes share: 16 slots, the
-// article's worker pool, and the 1 s queue wait of docs/design.md, "Defaults".
-func DefaultAPIPool() PoolConfig { return PoolConfig{Size: 16, MaxWait: time.Second} }
-
-// DefaultHealthPool is the separate pool for /health: 4 slots, as in the
-// article. Its handler touches no dependency and answers in microseconds,
-// so a short wait only matters under a flood of probes.
-func DefaultHealthPool() PoolConfig {
-	return PoolConfig{Size: 4, MaxWait: 100 * time.Millisecond}
-}
-
-// Validate reports a size below 1 or a negative wait.
-func (c PoolConfig) Validate() error {
-	var errs []error
-	if c.Size < 1 {
-		errs = append(errs, fmt.Errorf("resilience: pool Size %d must be at least 1", c.Size))
-	}
-	if c.MaxWait < 0 {
-		errs = append(errs, fmt.Errorf("resilience: pool MaxWait %v must not be negative", c.MaxWait))
-	}
-	return errors.Join(errs...)
-}

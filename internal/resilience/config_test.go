@@ -82,20 +82,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestPoolConfigValidate(t *testing.T) {
-	t.Parallel()
-	for _, cfg := range []PoolConfig{{Size: 0}, {Size: 1, MaxWait: -1}} {
-		if err := cfg.Validate(); err == nil {
-			t.Errorf("%+v.Validate() = nil, want an error", cfg)
-		}
-	}
-	for _, cfg := range []PoolConfig{DefaultAPIPool(), DefaultHealthPool(), {Size: 1}} {
-		if err := cfg.Validate(); err != nil {
-			t.Errorf("%+v.Validate() = %v, want nil", cfg, err)
-		}
-	}
-}
-
 func TestParseLimitKind(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

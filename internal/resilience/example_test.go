@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"time"
 
@@ -153,49 +150,6 @@ func ExamplePolicy_Limit() {
 	// Output:
 	// initial limit: 4
 	// after healthy calls that found it full: 5
-}
-
-// Serve business routes and /health from separate pools, so a saturated API
-// cannot delay liveness probes. Outside protected mode /health shares the
-// API pool, to show what the isolation buys.
-func ExamplePool_Middleware() {
-	metrics, err := resilience.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		panic(err)
-	}
-	mode, err := resilience.ParseMode("protected") // from RESILIENCE_MODE
-	if err != nil {
-		panic(err)
-	}
-	// A full pool answers with the service's own 503 (checkout: a problem
-	// document with Retry-After).
-	shed := func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "at capacity", http.StatusServiceUnavailable)
-	}
-	api, err := resilience.NewPool("api", resilience.DefaultAPIPool(), metrics, shed)
-	if err != nil {
-		panic(err)
-	}
-	health := api
-	if mode == resilience.ModeProtected {
-		if health, err = resilience.NewPool("health", resilience.DefaultHealthPool(), metrics, shed); err != nil {
-			panic(err)
-		}
-	}
-
-	mux := http.NewServeMux()
-	mux.Handle("GET /health", health.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
-	})))
-	mux.Handle("POST /orders", api.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-	})))
-
-	rec := httptest.NewRecorder()
-	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
-	fmt.Println(rec.Code, rec.Body)
-	// Output: 200 {"status":"ok"}
 }
 
 func ExampleParseMode() {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -189,12 +188,4 @@ func (h *transitions) all() []transition {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]transition(nil), h.records...)
-}
-
-// shed is the answer the tests' pools give a request they shed, as a
-// service's own 503 would be (checkout's is api.PoolFull).
-func shed(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Retry-After", "1")
-	w.WriteHeader(http.StatusServiceUnavailable)
 }

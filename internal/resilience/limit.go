@@ -11,6 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// ErrBulkheadFull means the concurrency limit stayed reached for the whole
+// bounded wait, so the call was not made.
+var ErrBulkheadFull = errors.New("resilience: bulkhead full")
+
 // signal is what one call tells the limit about the dependency.
 type signal uint8
 

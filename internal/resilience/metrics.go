@@ -24,8 +24,6 @@ type Metrics struct {
 	rejected           *prometheus.CounterVec
 	retryAttempts      *prometheus.CounterVec
 	retryBackoff       *prometheus.HistogramVec
-	poolInUse          *prometheus.GaugeVec
-	poolRejected       *prometheus.CounterVec
 }
 
 // Call outcomes, the values of resilience_calls_total's outcome label.
@@ -96,14 +94,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Backoff slept before each retry.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"name"}),
-		poolInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "http_pool_in_use",
-			Help: "HTTP requests being served by the pool.",
-		}, []string{"pool"}),
-		poolRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "http_pool_rejected_total",
-			Help: "HTTP requests answered 503 because the pool stayed full for the whole wait.",
-		}, []string{"pool"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -111,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.breakerState, m.breakerTransitions, m.breakerSource, m.breakerImposed, m.breakerEffective, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
-		m.rejected, m.retryAttempts, m.retryBackoff, m.poolInUse, m.poolRejected,
+		m.rejected, m.retryAttempts, m.retryBackoff,
 	} {
 		errs = append(errs, reg.Register(c))
 	}

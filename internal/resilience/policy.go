@@ -16,16 +16,14 @@ import (
 // per-attempt timeout (and not out of the caller's deadline).
 var ErrTimeout = errors.New("resilience: attempt timed out")
 
-// ErrProbeFailed means the call was not made: it was to go over a limit
-// full of slots held for calls the dependency never answered, and the
-// question sent before it ([Options.Probe]) failed or ran past the slow
-// threshold. It does not wrap the probe's error, which is about the
-// question, not the call (a timed-out probe is no timed-out call), only the
-// caller's context error if that is what ended the probe.
 // ErrPaced means the call was not made: under the policy's Rate its turn
 // would come after the caller's deadline.
 var ErrPaced = errors.New("resilience: the call's turn under the policy's rate comes after its deadline")
 
+// ErrProbeFailed means the call was not made: it was to go over a limit
+// full of held slots, and the question sent before it ([Options.Probe])
+// failed or ran past the slow threshold. It wraps only the caller's context
+// error, if that ended the probe: a timed-out probe is no timed-out call.
 var ErrProbeFailed = errors.New("resilience: the call was not made: the probe sent before it failed")
 
 // Class says what an error returned by the protected call means for the
@@ -58,17 +56,12 @@ type Options struct {
 	// jitter; nil means math/rand/v2's Int64N. Tests inject their own.
 	Rand func(n int64) int64
 	// Probe, if set, asks the dependency a question that changes nothing
-	// there (a read). A call that is to go over a limit full of slots held
-	// for calls the dependency never answered (limiter.acquireProbe) —
-	// the breaker's probe after a hang, or the one call per open duration
-	// a closed breaker lets past such a limit — sends Probe first, in the
-	// same slot and under the same breaker admission: a dependency still
-	// hanging then holds a question, not the call's effect (a payment a
-	// customer waits on). If Probe answers before the slow threshold (a
-	// final answer counts), the call follows at once on a fresh attempt
-	// timeout and slow-call clock, and its outcome is the breaker's and
-	// the limit's verdict; otherwise Probe's outcome is, the call is not
-	// made, and Do returns ErrProbeFailed. nil sends the call itself.
+	// there (a read). A call that is to go over a limit full of held slots
+	// (L5; limiter.acquireProbe) sends it first, in the same slot and
+	// breaker admission, so that a dependency still hanging holds a
+	// question, not a payment. Answered before the slow threshold (a final
+	// answer counts), the call follows on a fresh clock and its outcome is
+	// the verdict; otherwise the probe's is, and Do returns ErrProbeFailed.
 	Probe func(context.Context) error
 }
 

@@ -280,9 +280,6 @@ func TestTwoPoliciesShareOneRegistry(t *testing.T) {
 			t.Errorf("New(%q) = %v", name, err)
 		}
 	}
-	if _, err := NewPool("api", DefaultAPIPool(), m, shed); err != nil {
-		t.Errorf("NewPool = %v", err)
-	}
 	if _, err := NewMetrics(reg); err == nil {
 		t.Error("registering the metrics twice on one registry: err = nil, want an error")
 	}

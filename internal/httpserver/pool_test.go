@@ -1,8 +1,7 @@
-package resilience
+package httpserver
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,32 +11,36 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
-func TestBulkhead(t *testing.T) {
+func TestPoolWaitsBoundedly(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name         string
 		wait         time.Duration
 		releaseAfter time.Duration // 0: the held slot stays held
 		cancelAfter  time.Duration // 0: the caller waits as long as allowed
-		wantErr      error
+		wantSlot     bool
 		wantElapsed  time.Duration
 	}{
-		{"full, no wait: rejects at once", 0, 0, 0, ErrBulkheadFull, 0},
-		{"full for the whole wait: rejects after it", 50 * time.Millisecond, 0, 0, ErrBulkheadFull, 50 * time.Millisecond},
-		{"a slot frees up during the wait", 50 * time.Millisecond, 30 * time.Millisecond, 0, nil, 30 * time.Millisecond},
-		{"the caller gives up while waiting", 50 * time.Millisecond, 0, 10 * time.Millisecond, context.Canceled, 10 * time.Millisecond},
+		{"full, no wait: sheds at once", 0, 0, 0, false, 0},
+		{"full for the whole wait: sheds after it", 50 * time.Millisecond, 0, 0, false, 50 * time.Millisecond},
+		{"a slot frees up during the wait", 50 * time.Millisecond, 30 * time.Millisecond, 0, true, 30 * time.Millisecond},
+		{"the client gives up while waiting", 50 * time.Millisecond, 0, 10 * time.Millisecond, false, 10 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				inUse := prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_use"})
-				rejected := prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected"})
-				b := newBulkhead(1, tt.wait, inUse, rejected)
-				if err := b.acquire(context.Background()); err != nil {
-					t.Fatalf("first acquire = %v, want nil", err)
+				m, _ := NewPoolMetrics(nil)
+				b, err := NewPool("api", PoolConfig{Size: 1, MaxWait: tt.wait}, m, shed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inUse, rejected := m.inUse.WithLabelValues("api"), m.rejected.WithLabelValues("api")
+				if !b.acquire(context.Background()) {
+					t.Fatal("first acquire refused")
 				}
 				if tt.releaseAfter > 0 {
 					time.AfterFunc(tt.releaseAfter, b.release)
@@ -49,9 +52,8 @@ func TestBulkhead(t *testing.T) {
 				}
 
 				start := time.Now()
-				err := b.acquire(ctx)
-				if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
-					t.Errorf("acquire = %v, want %v", err, tt.wantErr)
+				if got := b.acquire(ctx); got != tt.wantSlot {
+					t.Errorf("acquire = %v, want %v", got, tt.wantSlot)
 				}
 				if got, want := time.Since(start), tt.wantElapsed; got != want {
 					t.Errorf("returned after %v, want %v", got, want)
@@ -60,7 +62,7 @@ func TestBulkhead(t *testing.T) {
 					t.Errorf("in use = %v, want %v", got, want)
 				}
 				wantRejected := 0.0
-				if errors.Is(tt.wantErr, ErrBulkheadFull) {
+				if !tt.wantSlot && tt.cancelAfter == 0 {
 					wantRejected = 1
 				}
 				if got := counterValue(t, rejected); got != wantRejected {
@@ -74,7 +76,7 @@ func TestBulkhead(t *testing.T) {
 func TestHealthPoolAnswersWhileAPIPoolSaturated(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		m, err := NewMetrics(nil)
+		m, err := NewPoolMetrics(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,13 +130,47 @@ func TestHealthPoolAnswersWhileAPIPoolSaturated(t *testing.T) {
 				t.Errorf("%s = %q, want %q", header, got, want)
 			}
 		}
-		if got, want := counterValue(t, m.poolRejected.WithLabelValues("api")), 1.0; got != want {
+		if got, want := counterValue(t, m.rejected.WithLabelValues("api")), 1.0; got != want {
 			t.Errorf("http_pool_rejected_total{api} = %v, want %v", got, want)
 		}
-		if got, want := counterValue(t, m.poolInUse.WithLabelValues("api")), 2.0; got != want {
+		if got, want := counterValue(t, m.inUse.WithLabelValues("api")), 2.0; got != want {
 			t.Errorf("http_pool_in_use{api} = %v, want %v", got, want)
 		}
 		close(hung)
 		wg.Wait()
 	})
+}
+
+func TestPoolConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []PoolConfig{{Size: 0}, {Size: 1, MaxWait: -1}} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%+v.Validate() = nil, want an error", cfg)
+		}
+	}
+	for _, cfg := range []PoolConfig{DefaultAPIPool(), DefaultHealthPool(), {Size: 1}} {
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%+v.Validate() = %v, want nil", cfg, err)
+		}
+	}
+}
+
+// shed is the answer the tests' pools give a request they shed, as a
+// service's own 503 would be (checkout's is api.PoolFull).
+func shed(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
+func counterValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Gauge != nil {
+		return out.Gauge.GetValue()
+	}
+	return out.Counter.GetValue()
 }
