@@ -365,44 +365,6 @@ func TestRefusalsRightAfterAHealthyAnswerDoNotReopen(t *testing.T) {
 	})
 }
 
-// A congestion signal halves the calls the limit lets in beside the slots
-// it holds for abandoned calls, not the held slots too: twenty slots, twelve
-// held, leave sixteen after a late call (eight live calls halved), where
-// halving the whole limit would leave none for live calls until the holds
-// end. A limit the held slots fill has no live calls to halve and is
-// halved whole, as before a hang (limiter.decreased).
-func TestCongestionHalvesTheLiveSlotsNotTheHeldOnes(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name              string
-		limit, held, want int
-	}{
-		{"no held slots", 20, 0, 10},
-		{"twelve of twenty held", 20, 12, 16},
-		{"one live slot over the held", 13, 12, 12},
-		{"the held slots fill the limit", 12, 12, 6},
-		{"never below the minimum", 2, 2, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
-				l := newAdaptiveLimiter(tt.limit, 1, 20, 0.5, 0, testLimiterMetrics())
-				for range tt.held {
-					if err := l.acquire(context.Background()); err != nil {
-						t.Fatal(err)
-					}
-					l.releaseAfter(noSignal, 10*time.Second)
-				}
-				l.congested()
-				if got, _ := l.current(); got != tt.want {
-					t.Errorf("limit %d after a late call, want %d", got, tt.want)
-				}
-			})
-		})
-	}
-}
-
 // While a call over the held slots is out, a deferred retry is told to come
 // back when that call's answer is due, not when the held slots free: a fast
 // answer lifts the limit at once, and a caller who waited for the holds
@@ -428,33 +390,6 @@ func TestRetryAfterAwaitsTheProbeNotTheHolds(t *testing.T) {
 		<-done
 		if got := b.p.RetryAfter(); got <= 0 || got > time.Second {
 			t.Errorf("RetryAfter after a hung probe = %v, want the next open time, within 1 s", got)
-		}
-	})
-}
-
-// The limit's maximum bounds the calls waited on; slots kept for abandoned
-// calls come on top of it, and go with their holds.
-func TestHeldSlotsAreOnTopOfTheMaximum(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		l := newAdaptiveLimiter(4, 1, 4, 0.5, 0, testLimiterMetrics())
-		for range 3 {
-			if err := l.acquire(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			l.releaseAfter(noSignal, 10*time.Second)
-		}
-		for range 10 { // healthy calls while the load presses
-			for l.acquire(context.Background()) == nil {
-			}
-			l.release(healthy)
-		}
-		if got, _ := l.current(); got != 7 {
-			t.Errorf("limit %d with 3 held slots and a maximum of 4, want 7", got)
-		}
-		advance(10 * time.Second)
-		if got, _ := l.current(); got != 4 {
-			t.Errorf("limit %d once the holds ended, want the maximum, 4", got)
 		}
 	})
 }

@@ -299,8 +299,8 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 			l.held = slices.Delete(l.held, i, i+1)
 			l.holding.Store(int32(len(l.held)))
 		}
-		if l.adaptive && l.limit > l.top() {
-			l.limit = l.top()
+		if l.adaptive && l.limit > l.max {
+			l.limit = l.max
 			l.limitGauge.Set(float64(l.limit))
 		}
 		l.mu.Unlock()
@@ -449,21 +449,9 @@ func (l *limiter) adapt(s signal) bool {
 		l.healthyAt = time.Now()
 		l.grow()
 	case congested:
-		l.limit = l.decreased()
+		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
 	}
 	return l.limit != old
-}
-
-// decreased is the limit after a congestion signal (L1, L3): backoff times
-// the calls beside the held slots, not times those slots, which were sent
-// before the signal and end with their hold whatever the limit says. A
-// limit full of held slots has no live calls to spare and is cut whole.
-// Call it with l.mu held.
-func (l *limiter) decreased() int {
-	if n := len(l.held); n < l.limit {
-		return max(l.min, n+int(float64(l.limit-n)*l.backoff))
-	}
-	return max(l.min, int(float64(l.limit)*l.backoff))
 }
 
 // grow applies a healthy call (L1): the lift over held slots, then one more
@@ -475,18 +463,12 @@ func (l *limiter) decreased() int {
 func (l *limiter) grow() {
 	l.liftOverHeld()
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit
-	if l.limit >= l.top() || !pressed {
+	if l.limit >= l.max || !pressed {
 		return
 	}
 	l.limit++
 	l.starved = false
 }
-
-// top is the highest the limit may grow (L3): max calls waited on, plus
-// the held slots, which hold no connection and no caller; counted against
-// max they would leave too few slots for the live load until they end.
-// Call it with l.mu held.
-func (l *limiter) top() int { return l.max + len(l.held) }
 
 // current returns the limit and the calls in flight, for tests.
 func (l *limiter) current() (limit, inFlight int) {
