@@ -136,7 +136,7 @@ func TestRequestsMatchStripesAPI(t *testing.T) {
 			}
 			perr, ok := errors.AsType[*payment.Error](err)
 			switch {
-			case ok && perr.StatusCode == 200:
+			case ok && perr.StatusCode == http.StatusOK:
 				// Accepted; the fixture is no succeeded PaymentIntent.
 			case ok && perr.StatusCode >= 400:
 				t.Errorf("stripe-mock refused the request, as Stripe would: %v", err)
