@@ -35,8 +35,8 @@ var appServices = map[string]struct {
 	env      []string
 	scalable bool
 }{
-	"checkout":   {target: "checkout", port: "8080", env: []string{"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "CATALOG_URL", "RESILIENCE_MODE"}},
-	"worker":     {target: "worker", port: "8081", env: []string{"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL"}, scalable: true},
+	"checkout":   {target: "checkout", port: "8080", env: []string{"HTTP_ADDR", "DATABASE_URL", "STRIPE_API_BASE", "CATALOG_URL", "RESILIENCE_MODE"}},
+	"worker":     {target: "worker", port: "8081", env: []string{"HTTP_ADDR", "DATABASE_URL", "STRIPE_API_BASE"}, scalable: true},
 	"paymentsim": {target: "paymentsim", port: "8082", env: []string{"HTTP_ADDR"}},
 	"catalogsim": {target: "catalogsim", port: "8083", env: []string{"HTTP_ADDR"}},
 }
@@ -168,10 +168,10 @@ func TestComposeCheckCatchesBreakage(t *testing.T) {
 			wantErr: "migrate: depends on postgres with condition service_started",
 		},
 		{
-			name:    "worker loses PAYMENT_URL",
-			old:     "      HTTP_ADDR: \":8081\"\n      DATABASE_URL: *database-url\n      PAYMENT_URL: http://paymentsim:8082\n",
+			name:    "worker loses STRIPE_API_BASE",
+			old:     "      HTTP_ADDR: \":8081\"\n      DATABASE_URL: *database-url\n      STRIPE_API_BASE: http://paymentsim:8082\n",
 			new:     "      HTTP_ADDR: \":8081\"\n      DATABASE_URL: *database-url\n",
-			wantErr: "worker: PAYMENT_URL not set",
+			wantErr: "worker: STRIPE_API_BASE not set",
 		},
 		{
 			name:    "build target that the Dockerfile lacks",
@@ -458,8 +458,8 @@ func checkCompose(p *types.Project) []error {
 		if u := s.Environment["DATABASE_URL"]; u != nil && !strings.Contains(*u, "@postgres:5432/") {
 			fail(name, "DATABASE_URL does not point at the postgres service")
 		}
-		if u := s.Environment["PAYMENT_URL"]; u != nil && *u != "http://paymentsim:"+appServices["paymentsim"].port {
-			fail(name, "PAYMENT_URL %q does not point at the paymentsim service", *u)
+		if u := s.Environment["STRIPE_API_BASE"]; u != nil && *u != "http://paymentsim:"+appServices["paymentsim"].port {
+			fail(name, "STRIPE_API_BASE %q does not point at the paymentsim service", *u)
 		}
 	}
 	// The demo runs with the price check on (docs/design.md, "Catalog protocol").
