@@ -31,7 +31,7 @@ type config struct {
 	MigrateWait     time.Duration // how long `checkout migrate` waits for the database
 	Tracing         telemetry.TracingConfig
 	Payment         payment.Config
-	// PaymentErr is what is wrong with the provider's key (envconfig.Payment): serve refuses to
+	// PaymentErr is what is wrong with the provider's key, if anything: serve refuses to
 	// start with it; commands that do not call the provider run.
 	PaymentErr     error
 	Resilience     resilience.Config

@@ -28,7 +28,7 @@ type config struct {
 	Database        database.Config
 	Tracing         telemetry.TracingConfig
 	Payment         payment.Config
-	// PaymentErr is what is wrong with the provider's key (envconfig.Payment): serve refuses to
+	// PaymentErr is what is wrong with the provider's key, if anything: serve refuses to
 	// start with it; commands that do not call the provider run.
 	PaymentErr error
 	Resilience resilience.Config

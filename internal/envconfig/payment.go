@@ -24,11 +24,11 @@ const LocalSecretKey = "sk_test_local"
 // Reader's, for the commands that call the provider to refuse to start with (serve), while
 // the ones that do not (migrate, reconcile's report, breaker) run without a key.
 func (r *Reader) Payment() (payment.Config, error) {
-	name := "STRIPE_API_BASE"
-	if r.lookup(name) == "" && r.lookup("PAYMENT_URL") != "" {
-		name = "PAYMENT_URL"
+	name, def := "STRIPE_API_BASE", payment.StripeAPIBase
+	if legacy := r.OptionalURL("PAYMENT_URL", "http", "https"); legacy != "" && r.lookup(name) == "" {
+		name, def = "PAYMENT_URL", legacy
 	}
-	cfg := payment.Config{BaseURL: strings.TrimRight(r.URL(name, payment.StripeAPIBase, "http", "https"), "/")}
+	cfg := payment.Config{BaseURL: strings.TrimRight(r.URL("STRIPE_API_BASE", def, "http", "https"), "/")}
 	if u, err := url.Parse(cfg.BaseURL); err == nil && strings.Trim(u.Path, "/") != "" {
 		r.errs = append(r.errs, fmt.Errorf("%s: want the API's base URL without a path (the client adds /v1/…)", name))
 	}
@@ -52,7 +52,7 @@ func (r *Reader) Payment() (payment.Config, error) {
 
 // secretKey returns the key and the variable it came from, "" when neither is set.
 func (r *Reader) secretKey() (key, source string, err error) {
-	inline, file := r.lookup("STRIPE_SECRET_KEY"), r.lookup("STRIPE_SECRET_KEY_FILE")
+	inline, file := r.String("STRIPE_SECRET_KEY", ""), r.String("STRIPE_SECRET_KEY_FILE", "")
 	switch {
 	case inline != "" && file != "":
 		return "", "", errors.New("STRIPE_SECRET_KEY and STRIPE_SECRET_KEY_FILE are both set: set one")

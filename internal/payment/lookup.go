@@ -17,7 +17,8 @@ type Lookup struct {
 }
 
 // lookupPage is how many PaymentIntents one page of a lookup asks for: the list's largest
-// page, so a lookup's window of a minute at 40 orders a second is 24 pages.
+// page, so a lookup's window of three minutes (order.LookupFor's shortest at the defaults) at
+// 40 orders a second is 72 pages.
 const lookupPage = 100
 
 // FindCharges answers l from the PaymentIntents list (see ListCharges), page by page: the
