@@ -16,6 +16,7 @@ type config struct {
 	simulator.Config
 	LedgerCap    int
 	KeyRetention time.Duration
+	SearchLag    time.Duration
 	ChargeCap    int           // 0: paymentsim's default, a multiple of LedgerCap
 	Capacity     int           // 0: unlimited
 	LatencySigma float64       // 0: Latency ± Jitter; above: log-normal around Latency
@@ -38,6 +39,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LedgerCap:    env.Int("PAYMENTSIM_LEDGER_CAP", paymentsim.DefaultLedgerCap, 1, 10_000_000),
 		ChargeCap:    env.Int("PAYMENTSIM_CHARGE_CAP", 0, 1, 100_000_000),
 		KeyRetention: env.Duration("PAYMENTSIM_KEY_RETENTION", paymentsim.DefaultKeyRetention, time.Second, 365*24*time.Hour),
+		SearchLag:    env.Duration("PAYMENTSIM_SEARCH_LAG", paymentsim.DefaultSearchLag, 0, 24*time.Hour),
 		Capacity:     env.Int("PAYMENTSIM_CAPACITY", paymentsim.DefaultCapacity, 0, 1_000_000),
 		LatencySigma: env.Float("PAYMENTSIM_LATENCY_SIGMA", 0, 0, paymentsim.MaxLatencySigma),
 		LatencyCap:   env.Duration("PAYMENTSIM_LATENCY_CAP", 0, 0, time.Minute),

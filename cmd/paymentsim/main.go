@@ -6,6 +6,7 @@ package main
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/resilientcheckout/checkout/internal/sim/paymentsim"
 	"github.com/resilientcheckout/checkout/internal/sim/simulator"
@@ -24,6 +25,7 @@ func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
 		LedgerCap:    cfg.LedgerCap,
 		ChargeCap:    cfg.ChargeCap,
 		KeyRetention: cfg.KeyRetention,
+		SearchLag:    searchLag(cfg.SearchLag),
 		Capacity:     cfg.Capacity,
 		RateLimit:    cfg.RateLimit,
 		AdminToken:   cfg.AdminToken,
@@ -31,4 +33,12 @@ func newSimulator(cfg config, logger *slog.Logger) (http.Handler, []any) {
 	})
 	return sim, []any{"latency_sigma", cfg.LatencySigma, "latency_cap", cfg.LatencyCap,
 		"ledger_cap", cfg.LedgerCap, "key_retention", cfg.KeyRetention, "capacity", cfg.Capacity, "rate_limit", cfg.RateLimit}
+}
+
+// searchLag maps PAYMENTSIM_SEARCH_LAG=0 (no lag) onto the Config's "none", a negative lag.
+func searchLag(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -20,6 +20,7 @@ import (
 //	POST /v1/payment_intents                 create and confirm (confirm=true)
 //	GET  /v1/payment_intents/{id}            retrieve
 //	GET  /v1/payment_intents?created[gte]=…  list, newest first
+//	GET  /v1/payment_intents/search?query=…  search by metadata['order_id'], lagging (SearchLag)
 //
 // Requests are form-encoded with Stripe's nested keys (metadata[order_id]) and authenticated
 // with a test secret key; answers and errors are Stripe's JSON. Parameters outside the subset
@@ -364,6 +365,43 @@ func (s *Simulator) handleListIntents() http.HandlerFunc {
 			list.Data[i] = pi.json()
 		}
 		simulator.WriteJSON(w, http.StatusOK, list)
+		return outcomeFound
+	})
+}
+
+var searchQueryRE = regexp.MustCompile(`^metadata\['order_id'\]:'([^']+)'$`)
+
+// handleSearchIntents serves GET /v1/payment_intents/search?query=metadata['order_id']:'<id>':
+// the order's intents, newest first, from an index that sees an intent only SearchLag after
+// it was recorded, as Stripe's search lags writes (under a minute, up to an hour in an
+// outage). It is here to show why the lookup reads the list instead; the client never calls
+// it.
+func (s *Simulator) handleSearchIntents() http.HandlerFunc {
+	return s.read(func(w http.ResponseWriter, r *http.Request) outcome {
+		query := r.URL.Query()
+		for key := range query {
+			if key != "query" {
+				writeParamError(w, unknown(key))
+				return simulator.OutcomeInvalid
+			}
+		}
+		m := searchQueryRE.FindStringSubmatch(query.Get("query"))
+		if m == nil {
+			writeInvalid(w, "query", "the simulator searches by metadata['order_id']:'<id>' only")
+			return simulator.OutcomeInvalid
+		}
+		found := s.ledger.searchIntents(m[1], time.Now().Add(-s.cfg.SearchLag))
+		result := struct {
+			Object   string       `json:"object"`
+			URL      string       `json:"url"`
+			HasMore  bool         `json:"has_more"`
+			NextPage *string      `json:"next_page"`
+			Data     []intentJSON `json:"data"`
+		}{Object: "search_result", URL: "/v1/payment_intents/search", Data: make([]intentJSON, len(found))}
+		for i, pi := range found {
+			result.Data[i] = pi.json()
+		}
+		simulator.WriteJSON(w, http.StatusOK, result)
 		return outcomeFound
 	})
 }

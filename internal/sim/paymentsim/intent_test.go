@@ -283,3 +283,37 @@ func TestRetrieveIntent(t *testing.T) {
 		t.Errorf("retrieve of none: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestSearchLagsTheList: a PaymentIntent is in the list the moment it is recorded, but in
+// search only SearchLag later, as Stripe's search lags writes. A lookup by search right after
+// an ambiguous charge would say "none" for an order the provider charged; the list does not.
+func TestSearchLagsTheList(t *testing.T) {
+	t.Parallel()
+	search := func(sim *Simulator) int {
+		t.Helper()
+		q := url.Values{"query": {"metadata['order_id']:'ord-1'"}}.Encode()
+		w := do(t, t.Context(), sim, http.MethodGet, "/v1/payment_intents/search?"+q, stripeHeader, "")
+		if w.Code != http.StatusOK {
+			t.Fatalf("search: %d %s", w.Code, w.Body)
+		}
+		return len(decode[struct{ Data []intentBody }](t, w).Data)
+	}
+	lagging := New(Config{SearchLag: time.Hour})
+	createIntent(t, lagging, "order-1", intentForm)
+	listed := decode[struct{ Data []intentBody }](t, do(t, t.Context(), lagging, http.MethodGet, "/v1/payment_intents", stripeHeader, ""))
+	if len(listed.Data) != 1 {
+		t.Fatalf("list right after the create: %d PaymentIntents, want 1", len(listed.Data))
+	}
+	if got := search(lagging); got != 0 {
+		t.Errorf("search right after the create, an hour's lag: %d PaymentIntents, want 0", got)
+	}
+	current := New(Config{SearchLag: -1})
+	createIntent(t, current, "order-1", intentForm)
+	if got := search(current); got != 1 {
+		t.Errorf("search without lag: %d PaymentIntents, want 1", got)
+	}
+	w := do(t, t.Context(), current, http.MethodGet, "/v1/payment_intents/search?query=status:'succeeded'", stripeHeader, "")
+	if w.Code != http.StatusBadRequest {
+		t.Errorf("search by status: %d, want 400 (the simulator searches by order id only)", w.Code)
+	}
+}

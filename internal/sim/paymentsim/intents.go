@@ -17,8 +17,9 @@ type intent struct {
 	PaymentMethod string
 	OrderID       string // metadata[order_id]; empty when the create carried none
 	Created       time.Time
-	LatestCharge  string // the charge a succeeded intent made; empty otherwise
-	seq           int    // the order it was recorded in, which breaks ties of Created
+	LatestCharge  string    // the charge a succeeded intent made; empty otherwise
+	seq           int       // the order it was recorded in, which breaks ties of Created
+	recorded      time.Time // when it was recorded: search sees it only SearchLag later
 }
 
 // intentLog is the PaymentIntents list: newest first by creation time, as Stripe lists them.
@@ -48,7 +49,7 @@ func newer(a, b *intent) bool {
 // add records pi at its place in the list.
 func (l *intentLog) add(pi intent) {
 	l.seq++
-	pi.seq = l.seq
+	pi.seq, pi.recorded = l.seq, time.Now()
 	p := &pi
 	i, _ := slices.BinarySearchFunc(l.list, p, func(e, t *intent) int {
 		if newer(e, t) {
@@ -156,4 +157,16 @@ func (l *intentLog) position(id string) (int, error) {
 		return 1
 	})
 	return i, nil
+}
+
+// search returns the intents of orderID recorded at or before visible, newest first: what a
+// search index that lags the list shows.
+func (l *intentLog) search(orderID string, visible time.Time) []intent {
+	out := []intent{}
+	for _, pi := range l.list {
+		if pi.OrderID == orderID && !pi.recorded.After(visible) {
+			out = append(out, *pi)
+		}
+	}
+	return out
 }

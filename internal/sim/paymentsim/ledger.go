@@ -155,6 +155,14 @@ func (l *ledger) getIntent(id string) (intent, bool) {
 	return l.intents.get(id)
 }
 
+// searchIntents returns orderID's intents recorded at or before visible (see
+// intentLog.search).
+func (l *ledger) searchIntents(orderID string, visible time.Time) []intent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.intents.search(orderID, visible)
+}
+
 // listIntents returns a page of the PaymentIntents list (see intentLog.page).
 func (l *ledger) listIntents(q intentQuery) ([]intent, bool, error) {
 	l.mu.Lock()

@@ -1,9 +1,10 @@
 // Package paymentsim simulates the outside payment provider that checkout charges.
 //
 // It serves the provider protocol — the PaymentIntents subset of Stripe's API (create with
-// confirm=true, retrieve, the newest-first list; see intent.go), beside the older
-// POST /v1/charges and GET /v1/charges?reference=… — the way a real provider does: a bounded Idempotency-Key cache that forgets keys after KeyRetention, replays of finished requests, a record
-// of charges that outlives the keys and answers lookups by reference, declines, ~200 ms of
+// confirm=true, retrieve, the newest-first list, a search that lags; see intent.go), beside
+// the older POST /v1/charges and GET /v1/charges?reference=… — the way a real provider does:
+// a bounded Idempotency-Key cache that forgets keys after KeyRetention, replays of finished
+// requests, a record of charges that outlives the keys and answers lookups, declines, ~200 ms of
 // latency that grows once more charges arrive than it has capacity for (see scaledLatency),
 // an optional rate limit (see chargeLimiter), and charges that complete even when the caller
 // has already given up. Faults (latency, latency distributions, brownouts, errors, hangs,
@@ -35,6 +36,10 @@ const (
 	// DefaultKeyRetention is how long an idempotency key is remembered: Stripe keeps keys for
 	// at least 24 hours.
 	DefaultKeyRetention = 24 * time.Hour
+	// DefaultSearchLag is how long after it is recorded a PaymentIntent shows in search:
+	// Stripe documents its search as lagging writes by under a minute, up to an hour in an
+	// outage.
+	DefaultSearchLag = time.Minute
 	// DefaultChargeCapFactor sizes the charge record against the key cache when
 	// Config.ChargeCap is zero: ten times as many charges as keys, so a lookup still finds a
 	// charge long after its key is forgotten (at 40 charges/s the default 100,000 keys last
@@ -59,6 +64,9 @@ type Config struct {
 	// older than this is processed as new, as with Stripe after 24 hours. Zero means
 	// DefaultKeyRetention.
 	KeyRetention time.Duration
+	// SearchLag is how long after it is recorded a PaymentIntent shows in search. Zero means
+	// DefaultSearchLag; a negative value none.
+	SearchLag time.Duration
 	// ChargeCap bounds the successful charges kept for lookups by reference, the oldest
 	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
 	// is raised to it, so a charge is never forgotten before its key.
@@ -104,6 +112,12 @@ func New(cfg Config) *Simulator {
 	}
 	if cfg.KeyRetention <= 0 {
 		cfg.KeyRetention = DefaultKeyRetention
+	}
+	switch {
+	case cfg.SearchLag == 0:
+		cfg.SearchLag = DefaultSearchLag
+	case cfg.SearchLag < 0:
+		cfg.SearchLag = 0
 	}
 	if cfg.ChargeCap <= 0 {
 		cfg.ChargeCap = DefaultChargeCapFactor * cfg.LedgerCap

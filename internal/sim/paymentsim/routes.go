@@ -12,6 +12,7 @@ func (s *Simulator) routes() {
 	s.srv.Handle("POST /v1/payment_intents", s.handleCreateIntent())
 	s.srv.Handle("GET /v1/payment_intents", s.handleListIntents())
 	s.srv.Handle("GET /v1/payment_intents/{id}", s.handleRetrieveIntent())
+	s.srv.Handle("GET /v1/payment_intents/search", s.handleSearchIntents())
 	simulator.Routes[faultRequest](s.srv, simulator.Admin{
 		Stats:    func() any { return s.Stats() },
 		Reset:    s.Reset,
