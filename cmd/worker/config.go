@@ -58,9 +58,9 @@ func workerResilienceDefaults() resilience.Config {
 	d.MinCalls = 4
 	d.HalfOpenProbes = 1
 	d.LimitInitial = 1
-	// The worker's late calls are its own: a backlog
-	// that pushed the provider to its capacity must not halve checkout's
-	// limits through the fleet's congestion news (it still heeds theirs).
+	// The backlog gives way to live calls: its calls are late at the late
+	// point even beside slots held after a hang, and checkouts take the
+	// fleet's probe lease first.
 	d.Background = true
 	// A charge job that finds the limit full waits for a slot in its FIFO
 	// rather than snoozing at once: River runs up to WORKER_CONCURRENCY

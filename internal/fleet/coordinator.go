@@ -364,32 +364,16 @@ func (c *Coordinator) notificationsArrive(ctx context.Context, conn *pgx.Conn) (
 	}
 }
 
-// heard acts on one notification: this dependency's row changed (poke),
-// or another process has had a late call to it. Anything else on the
-// channel — another dependency's news, a payload that is neither, a sender
-// without a name — is not for this coordinator and is dropped; debug logs
-// show it for whoever wonders why a limit did not move.
+// heard acts on one notification: this dependency's row changed (poke).
+// Anything else on the channel — another dependency's row, a coordinator
+// checking its own listening connection — is not for this coordinator.
 func (c *Coordinator) heard(ctx context.Context, payload string, poke func()) {
 	if payload == c.dependency {
 		poke()
 		return
 	}
-	if strings.HasPrefix(payload, pingPrefix) {
-		return // a coordinator checking its own listening connection
-	}
-	dep, from, ok := parseCongested(payload)
-	switch {
-	case !ok:
-		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload, "reason", "malformed")
-	case dep != c.dependency:
-		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload, "reason", "another dependency")
-	case from == c.opts.Identity:
-		// This process's own news: its limit heard the late call already.
-	case !c.policy.Congested():
-		c.log.DebugContext(ctx, "fleet breaker: congestion news ignored", "from", from,
-			"reason", "the limit already shrank on such news within the last second, or is at its minimum")
-	default:
-		c.log.DebugContext(ctx, "fleet breaker: limit shrank on congestion news", "from", from, "limit", c.policy.Limit())
+	if !strings.HasPrefix(payload, pingPrefix) {
+		c.log.DebugContext(ctx, "fleet breaker: notification ignored", "payload", payload)
 	}
 }
 
@@ -569,9 +553,6 @@ func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) err
 				d = c.policy.BreakDuration(c.last.FailedProbes)
 			}
 			changed, err = write(wctx, c.pool, probeFailed, c.dependency, c.opts.Identity, secs(d))
-		case resilience.EventCongested:
-			// No row: news for the other processes' limits, now or never.
-			_, err = c.pool.Exec(wctx, "SELECT pg_notify($1, $2)", Channel, congestedPayload(c.dependency, c.opts.Identity))
 		}
 		cancel()
 		if err != nil {
@@ -586,28 +567,6 @@ func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) err
 		return err
 	}
 	return c.refresh(ctx)
-}
-
-// A late call's news travels on Channel as "congested <dependency>
-// <identity>", beside the bare dependency name that says "re-read the row".
-const congestedPrefix = "congested "
-
-func congestedPayload(dependency, identity string) string {
-	return congestedPrefix + dependency + " " + identity
-}
-
-// parseCongested reads such news; ok is false unless both names are there,
-// neither empty (the identity is the rest of the payload).
-func parseCongested(payload string) (dependency, from string, ok bool) {
-	rest, ok := strings.CutPrefix(payload, congestedPrefix)
-	if !ok {
-		return "", "", false
-	}
-	dependency, from, ok = strings.Cut(rest, " ")
-	if !ok || dependency == "" || from == "" {
-		return "", "", false
-	}
-	return dependency, from, true
 }
 
 // Identity is the name this process holds the probe lease under.

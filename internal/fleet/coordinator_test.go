@@ -3,7 +3,6 @@ package fleet_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -579,121 +578,6 @@ func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("worker-other probed %v after checkout-first took the lease", time.Since(took))
-}
-
-// TestALateCallShrinksTheOtherLimits: the fleet's processes send their first
-// calls into a provider that has just hung at the same time; the first late
-// call anywhere halves every process's limit, not only its own.
-func TestALateCallShrinksTheOtherLimits(t *testing.T) {
-	t.Parallel()
-	dbURL := dbtest.URL(t)
-	prov := newProvider()
-	a := start(t, dbURL, "checkout-a", testConfig())
-	b := start(t, dbURL, "checkout-b", testConfig())
-	a.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
-	b.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
-	before := b.policy.Limit()
-
-	prov.set("hang")
-	go func() { _ = a.do(prov) }() // late at the 400 ms slow threshold (no latency average yet)
-	deadline := time.Now().Add(3 * time.Second)
-	for b.policy.Limit() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("checkout-b's limit still %d 3 s after checkout-a's call hung", before)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a real process's state, not waiting for time to pass
-	}
-	if got, want := b.policy.Limit(), max(before/2, 1); got != want {
-		t.Errorf("checkout-b's limit = %d, want %d (halved once)", got, want)
-	}
-	if got := prov.count("checkout-b"); got != 0 {
-		t.Errorf("checkout-b called the provider %d times, want 0: its limit moved on checkout-a's news", got)
-	}
-	if got, want := a.policy.Limit(), max(before/2, 1); got != want {
-		t.Errorf("checkout-a's limit = %d, want %d (its own late call, once: no echo)", got, want)
-	}
-	close(prov.hang) // the hung call returns
-}
-
-// TestABackgroundLateCallIsItsOwn: a worker's late call (a background
-// policy, resilience.Config.Background) halves its own limit only, so a
-// backlog that pushed the provider to its capacity leaves checkout's live
-// calls their limit; checkout's late call still halves the worker's.
-func TestABackgroundLateCallIsItsOwn(t *testing.T) {
-	t.Parallel()
-	dbURL := dbtest.URL(t)
-	prov := newProvider()
-	w := start(t, dbURL, "worker-a", backgroundConfig())
-	b := start(t, dbURL, "checkout-b", testConfig())
-	a := start(t, dbURL, "checkout-a", testConfig())
-	for _, p := range []*process{w, a, b} {
-		p.log.await(t, "fleet breaker: listening for the shared breaker state", 5*time.Second)
-	}
-	before := b.policy.Limit()
-
-	prov.set("hang")
-	go func() { _ = w.do(prov) }() // late at the 400 ms slow threshold
-	deadline := time.Now().Add(3 * time.Second)
-	for w.policy.Limit() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker-a's limit still %d 3 s after its call hung", before)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	// News takes milliseconds on a local database; a second is the time
-	// it would have had to arrive.
-	time.Sleep(time.Second)
-	if got := b.policy.Limit(); got != before {
-		t.Errorf("checkout-b's limit = %d after worker-a's late call, want %d: a background call's lateness is its own", got, before)
-	}
-	if n := b.log.count("fleet breaker: limit shrank on congestion news"); n != 0 {
-		t.Errorf("checkout-b shrank its limit on news %d times, want 0", n)
-	}
-
-	workerBefore := w.policy.Limit()
-	go func() { _ = a.do(prov) }()
-	w.log.await(t, "fleet breaker: limit shrank on congestion news", 5*time.Second, "from=checkout-a")
-	if got, want := w.policy.Limit(), max(workerBefore/2, 1); got != want {
-		t.Errorf("worker-a's limit = %d after checkout-a's late call, want %d (it heeds live calls' news)", got, want)
-	}
-	close(prov.hang)
-}
-
-// TestCongestionNewsFromManyProcessesShrinksTheLimitOnce: ten processes'
-// news of a late call within a second halves a receiver's limit once, not
-// ten times; malformed news and another dependency's are dropped.
-func TestCongestionNewsFromManyProcessesShrinksTheLimitOnce(t *testing.T) {
-	t.Parallel()
-	dbURL := dbtest.URL(t)
-	cfg := testConfig()
-	cfg.LimitInitial, cfg.LimitMax = 16, 32
-	b := start(t, dbURL, "checkout-b", cfg)
-	ctx := context.Background()
-	op, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(op.Close)
-	notify := func(payload string) {
-		t.Helper()
-		if _, err := op.Exec(ctx, "SELECT pg_notify($1, $2)", fleet.Channel, payload); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	for _, payload := range []string{"congested payment", "congested  checkout-x", "congested payment ", "congested catalog checkout-x", "congestedpayment checkout-x"} {
-		notify(payload)
-	}
-	for i := range 10 {
-		notify(fmt.Sprintf("congested payment checkout-%d", i))
-	}
-	b.log.await(t, "fleet breaker: congestion news ignored", 5*time.Second, "from=checkout-9")
-	if got := b.policy.Limit(); got != 8 {
-		t.Errorf("limit after ten processes' news = %d, want 8 (halved once)", got)
-	}
-	if n := b.log.count("fleet breaker: notification ignored"); n != 5 {
-		t.Errorf("ignored notifications = %d, want the 5 malformed or another dependency's", n)
-	}
 }
 
 // TestForcedOpenHoldsWhileReadsFail: with the row locked, every read of it

@@ -85,11 +85,8 @@ type breaker struct {
 	// counted was a slow call; both under gobreaker's lock.
 	hungProbes int
 	lastSlow   bool
-	// lastCongested (an offset from epoch, 0 if never) is when the last
-	// EventCongested was queued.
-	lastCongested atomic.Int64
-	cfg           Config
-	rnd           func(int64) int64
+	cfg        Config
+	rnd        func(int64) int64
 
 	calls callCounters
 	// limit hears of each call still in flight when it is late (see
@@ -424,21 +421,8 @@ func (c *call) onTimer() {
 	}
 }
 
-// late tells the limit that a call is late and, at most once per
-// congestionNewsEvery and unless the policy is a background one
-// (Config.Background), the coordinator too (EventCongested), for the
-// other processes' limits.
-func (b *breaker) late() {
-	b.limit.congested()
-	if b.cfg.Background {
-		return
-	}
-	now := int64(b.now())
-	last := b.lastCongested.Load()
-	if (last == 0 || now-last >= int64(congestionNewsEvery)) && b.lastCongested.CompareAndSwap(last, now) {
-		b.events.push(Event{Kind: EventCongested, At: time.Now()})
-	}
-}
+// late tells the limit that a call is late.
+func (b *breaker) late() { b.limit.congested() }
 
 // finish reports how the call ended to the breaker, unless onTimer already
 // reported it as slow: then the result still goes back to the caller but

@@ -124,13 +124,10 @@ type Config struct {
 	// slow threshold.
 	LimitLateFactor float64
 	// Background marks a policy whose calls no customer waits on, such as
-	// a worker's backlog: its late calls shrink its own limit but are not
-	// news for the fleet (EventCongested is never sent), so a backlog that
-	// pushed the dependency to its capacity does not halve the live calls'
-	// limits in other processes. News from those processes still shrinks
-	// this one's limit: the backlog yields to live calls, never the other
-	// way round. Its calls are late at the late point even while slots
-	// are held for abandoned calls (limiter.lateAfter).
+	// a worker's backlog: its calls are late at the late point even while
+	// slots are held for abandoned calls (limiter.lateAfter), so that it
+	// gives way to live calls, and a fleet coordinator lets live processes
+	// take the probe lease first.
 	Background bool
 	// Rate caps the calls a second the policy sends (golang.org/x/time/rate,
 	// a bucket of one: calls are spaced evenly); a call waits for its turn,

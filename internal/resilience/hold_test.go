@@ -83,7 +83,7 @@ func TestAProbeGoesAtTheOpenTimeOverTheHeldSlots(t *testing.T) {
 		if got, want := b.p.RetryAfter(), time.Until(opened.Add(time.Second)); got != want {
 			t.Errorf("RetryAfter = %v, want %v (the open state, not the 10 s hold)", got, want)
 		}
-		for _, ev := range transitionEvents(b.p.TakeEvents()) {
+		for _, ev := range b.p.TakeEvents() {
 			if ev.Kind == EventOpened && ev.OpenFor != time.Second {
 				t.Errorf("opening %+v, want it for the 1 s open state: the fleet must not hear the hold", ev)
 			}

@@ -64,10 +64,6 @@ const (
 	// keeps refusing calls until the coordinator imposes the next state or
 	// the hold ends.
 	EventProbeFailed
-	// EventCongested: a call of this process is late (see Config.LimitLateFactor)
-	// — at most one per congestionNewsEvery — so other processes' limits can shrink too
-	// (Policy.Congested) before any of theirs is.
-	EventCongested
 )
 
 func (k EventKind) String() string {
@@ -78,8 +74,6 @@ func (k EventKind) String() string {
 		return "probe_succeeded"
 	case EventProbeFailed:
 		return "probe_failed"
-	case EventCongested:
-		return "congested"
 	}
 	return "unknown"
 }
@@ -94,34 +88,6 @@ type Event struct {
 	// the dependency may hold it; only such failures make the next open
 	// state longer (Policy.BreakDuration).
 	Hung bool
-}
-
-// congestionNewsEvery is the least time between two EventCongested a
-// breaker queues, and between two decreases that such news from other
-// processes makes to a limit (Policy.Congested).
-//
-// The receiver uses the sender's period so that the fleet's news weighs as
-// one process's, whatever the number of processes: with N senders each
-// announcing once a second, a decrease per message would halve every
-// receiver's limit N times a second, and a large fleet calling a
-// long-tailed but healthy provider would hold every limit at its minimum.
-// One decrease a second is still far sooner than a hung provider's first
-// timeout, which is what the news is for, and a receiver's own late calls
-// keep shrinking its limit at once: the rate only bounds what it believes
-// on others' word.
-const congestionNewsEvery = time.Second
-
-// Congested applies a congestion signal another process heard (its
-// EventCongested): the adaptive limit shrinks as for one late call of this
-// process's own, at most once per congestionNewsEvery however many
-// processes send it. A fleet's processes send their first calls into a
-// hung provider together; this is how the second and third stop a call
-// sooner. It reports whether the news moved the limit.
-func (p *Policy) Congested() bool {
-	if p.limit == nil {
-		return false
-	}
-	return p.limit.congestedNews(time.Now(), congestionNewsEvery)
 }
 
 // Events returns a channel that receives a value whenever events are

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,7 +178,7 @@ func TestOnlyTheProbeHolderProbes(t *testing.T) {
 				if got := holderCalls.Load(); got != 3 {
 					t.Errorf("probes of the holder = %d, want 3", got)
 				}
-				events := transitionEvents(holder.p.TakeEvents())
+				events := holder.p.TakeEvents()
 				if len(events) != 1 || events[0].Kind != tt.want {
 					t.Fatalf("holder's events = %v, want one %v", events, tt.want)
 				}
@@ -276,7 +275,7 @@ func TestOpenTimeGrowsAfterHungProbesOnly(t *testing.T) {
 					if tt.probe == hang {
 						opened = start.Add(400 * time.Millisecond)
 					}
-					events := transitionEvents(b.p.TakeEvents())
+					events := b.p.TakeEvents()
 					if len(events) != 1 || events[0].OpenFor != w {
 						t.Fatalf("round %d: events %+v, want opened for %v", i, events, w)
 					}
@@ -322,12 +321,6 @@ func TestBreakDuration(t *testing.T) {
 	if got := cfg.BreakDuration(5, low); got != time.Second {
 		t.Errorf("without growth: BreakDuration(5) = %v, want 1s", got)
 	}
-}
-
-// transitionEvents leaves out EventCongested, which a late call adds beside
-// the transitions and verdicts the tests look for.
-func transitionEvents(events []Event) []Event {
-	return slices.DeleteFunc(events, func(e Event) bool { return e.Kind == EventCongested })
 }
 
 // TestEffectiveStateShowsImposedStates: resilience_breaker_state is the

@@ -28,7 +28,7 @@ const (
 // fixed (the static bulkhead, min = max) or adapts between min and max by
 // additive increase, multiplicative decrease (AIMD). docs/design.md, "The
 // payment limit's rules", numbers the rules, with the scenario-matrix row
-// that gets worse without each; the comments below name them L1–L8.
+// that gets worse without each; the comments below name them L1–L7.
 //
 // Why AIMD: the delay-based limits (Vegas and Gradient2 in Netflix's
 // concurrency-limits, failsafe-go's adaptivelimiter) learn from calls that
@@ -61,7 +61,6 @@ type limiter struct {
 	starved bool
 	waiters []*waiter
 	held    []time.Time // when each slot kept by releaseAfter frees, in order
-	newsAt  time.Time   // when other processes' news last lowered the limit
 	// probing is set while a call holds the slot over the limit
 	// (acquireProbe), probedAt when the last one took it, and fullSince
 	// since when the limit has been full of held slots (zero when it is
@@ -416,25 +415,6 @@ func (l *limiter) congested() {
 		l.limitGauge.Set(float64(l.limit))
 	}
 	l.mu.Unlock()
-}
-
-// congestedNews applies another process's congestion signal (L8), at most
-// once per every, and reports whether the limit moved.
-func (l *limiter) congestedNews(now time.Time, every time.Duration) bool {
-	if !l.adaptive {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.newsAt.IsZero() && now.Sub(l.newsAt) < every {
-		return false
-	}
-	l.newsAt = now
-	if !l.adapt(congested) {
-		return false
-	}
-	l.limitGauge.Set(float64(l.limit))
-	return true
 }
 
 // adapt moves the limit for signal s (L1) and reports whether it changed.

@@ -241,7 +241,7 @@ func TestALateProbeIsAnAnswerTheCallIsTheVerdict(t *testing.T) {
 			t.Fatalf("after a probe answered late but before the slow threshold: err = %v, call made %v; want it made", err, made.Load())
 		}
 		var verdicts []EventKind
-		for _, ev := range transitionEvents(b.p.TakeEvents()) {
+		for _, ev := range b.p.TakeEvents() {
 			verdicts = append(verdicts, ev.Kind)
 		}
 		if len(verdicts) != 1 || verdicts[0] != EventProbeSucceeded {
