@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -20,7 +21,7 @@ import (
 
 // stripeMockURL is the base URL of Stripe's own mock (github.com/stripe/stripe-mock, pinned
 // in tools/stripemock): STRIPE_MOCK_URL when set (.ci/run starts one), otherwise one this
-// test binary starts with `go tool` and stops when the tests are done.
+// test binary builds and starts, and stops when the package's tests are done (TestMain).
 func stripeMockURL(t *testing.T) string {
 	t.Helper()
 	if u := os.Getenv("STRIPE_MOCK_URL"); u != "" {
@@ -28,7 +29,7 @@ func stripeMockURL(t *testing.T) string {
 	}
 	mockOnce.Do(func() { mockURL, mockErr = startStripeMock() })
 	if mockErr != nil {
-		t.Fatalf("stripe-mock: %v (set STRIPE_MOCK_URL to a running one, or make `go tool -modfile=tools/stripemock/go.mod stripe-mock` work)", mockErr)
+		t.Fatalf("stripe-mock: %v (set STRIPE_MOCK_URL to a running one, or make `go build -modfile=tools/stripemock/go.mod github.com/stripe/stripe-mock` work)", mockErr)
 	}
 	return mockURL
 }
@@ -37,20 +38,27 @@ var (
 	mockOnce sync.Once
 	mockURL  string
 	mockErr  error
+	mockDir  string
 )
 
 var listening = regexp.MustCompile(`Listening for HTTP at address: (\S+)`)
 
-// startStripeMock runs stripe-mock on a free loopback port; TestMain stops it when the
-// package's tests are done.
+// startStripeMock builds stripe-mock from the pinned tool module (cached after the first
+// build) and runs it on free loopback ports. The binary is run directly, not through
+// `go tool`, whose child would outlive a killed `go`.
 func startStripeMock() (string, error) {
 	modfile, err := filepath.Abs(filepath.Join("..", "..", "tools", "stripemock", "go.mod"))
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // the first run builds it
-	defer cancel()
-	cmd := exec.Command("go", "tool", "-modfile="+modfile, "stripe-mock", "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
+	if mockDir, err = os.MkdirTemp("", "stripe-mock"); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(mockDir, "stripe-mock")
+	if out, err := exec.Command("go", "build", "-modfile="+modfile, "-o", bin, "github.com/stripe/stripe-mock").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build: %w: %s", err, out)
+	}
+	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
@@ -74,9 +82,8 @@ func startStripeMock() (string, error) {
 	select {
 	case u := <-found:
 		return u, nil
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return "", errors.New("not listening within 2 minutes")
+	case <-time.After(time.Minute):
+		return "", errors.New("not listening within a minute")
 	}
 }
 
@@ -86,6 +93,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if mockProcess != nil {
 		_ = mockProcess.Kill()
+		_, _ = mockProcess.Wait()
+	}
+	if mockDir != "" {
+		_ = os.RemoveAll(mockDir)
 	}
 	os.Exit(code)
 }
