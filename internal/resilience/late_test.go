@@ -37,7 +37,7 @@ func TestLateCallShrinksTheLimitBeforeTheBreakerHearsOfIt(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitLateFactor = 1, tt.factor })
 				pr := &provider{}
-				warm(t, b, pr, 200*time.Millisecond, 5)
+				warm(t, b, pr, 200*time.Millisecond, minTailSamples)
 				before := b.limit()
 
 				pr.set(0) // hangs from now on
@@ -183,5 +183,27 @@ func TestALongTailIsNotLate(t *testing.T) {
 func logNormal(median time.Duration, sigma float64, limit time.Duration) func(*rand.Rand) time.Duration {
 	return func(r *rand.Rand) time.Duration {
 		return min(time.Duration(float64(median)*math.Exp(sigma*r.NormFloat64())), limit)
+	}
+}
+
+// TestFiftyCallsMakeNoPercentile: the slowest of fifty calls is about
+// their 98th percentile, below a long tail's 99th; until a hundred calls
+// have succeeded, a call is late only at the slow threshold.
+func TestFiftyCallsMakeNoPercentile(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, testFiftyCallsMakeNoPercentile)
+}
+
+func testFiftyCallsMakeNoPercentile(t *testing.T) {
+	l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	l.lateFactor = 1.2
+	slow := time.Second
+	succeed(l, 600*time.Millisecond, 50)
+	if got := l.lateAfter(slow); got != slow {
+		t.Errorf("50 calls: lateAfter = %v, want the slow threshold %v", got, slow)
+	}
+	succeed(l, 600*time.Millisecond, 50)
+	if got, want := l.lateAfter(slow), 720*time.Millisecond; got != want {
+		t.Errorf("100 calls: lateAfter = %v, want %v (1.2 × their 99th percentile)", got, want)
 	}
 }

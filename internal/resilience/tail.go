@@ -10,11 +10,14 @@ import (
 // tailSamples is how many of the last successful calls' latencies judge
 // the calls in flight: 13 s of them at 40 calls/s (with 256, a healthy long
 // tail's percentile wandered low enough to call one call in a thousand
-// late). minTailSamples is how many there must be before they do: until
-// then a call is late only at the slow threshold.
+// late). minTailSamples is how many there must be before they do: a 99th
+// percentile of fewer than a hundred calls is their slowest, which for a
+// long tail lies well below the true one (of 20 log-normal calls with
+// σ 0.5, about the 95th percentile), and would call healthy calls late.
+// Until then a call is late only at the slow threshold.
 const (
 	tailSamples    = 512
-	minTailSamples = 5
+	minTailSamples = 100
 )
 
 // tail keeps the latencies of the last tailSamples successful calls, in
