@@ -483,3 +483,36 @@ func TestLedgerStartsFromThePreviousReleasesWatermark(t *testing.T) {
 		t.Errorf("findings %v, want %v", got, want)
 	}
 }
+
+// TestLedgerHoldsTheWindowForAPendingPaymentIntent: a PaymentIntent waiting for the
+// customer (requires_action) has moved no money yet, so it is no finding, but it may still
+// succeed: the next window starts no later than its creation, so the walk reads it again
+// until it settles — even with no look-back.
+func TestLedgerHoldsTheWindowForAPendingPaymentIntent(t *testing.T) {
+	t.Parallel()
+	b := setupLedger(t, 2)
+	cfg := b.r.cfg
+	cfg.Late = 0
+	b.r.cfg = cfg
+	_, err := b.client.Charge(context.Background(), payment.ChargeRequest{
+		OrderID: uuid.NewString(), Amount: 2598, Currency: "USD", PaymentMethod: "pm_card_authenticationRequired"})
+	if !payment.IsPending(err) {
+		t.Fatalf("charge with a card asking for authentication: %v, want a pending PaymentIntent", err)
+	}
+	created := time.Now()
+	b.charge(t, uuid.NewString()) // a charge beside it, which the walk reports
+	if err := b.work(t, b.r); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(b.findings(t)); got != 1 {
+		t.Errorf("findings: %d, want the one charge (a pending PaymentIntent is none)", got)
+	}
+	var nextFrom time.Time
+	if err := b.db.QueryRow(context.Background(), `SELECT next_from FROM ledger_walk WHERE provider = 'payment'`).Scan(&nextFrom); err != nil {
+		t.Fatal(err)
+	}
+	if nextFrom.After(created) {
+		t.Errorf("next window starts at %v, after the pending PaymentIntent's creation (before %v): it would not be read again",
+			nextFrom.Format(time.RFC3339Nano), created.Format(time.RFC3339Nano))
+	}
+}
