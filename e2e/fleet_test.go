@@ -195,9 +195,9 @@ func (f *fleet) seedOutage(t *testing.T) {
 }
 
 // admitSlack is how long after a process logged that the fleet refuses
-// for it a charge it let through before may still reach its proxy: the
-// breaker admits a call before the concurrency limit's bounded wait
-// (100 ms by default), and the request is written after that by a process
+// for it a charge it let through before may still reach its proxy: a call
+// is checked against the breaker's state again once it has its slot of the
+// concurrency limit, and the request is written after that by a process
 // sharing two cores with five others and this test.
 const admitSlack = 500 * time.Millisecond
 

@@ -318,9 +318,33 @@ func (b *breaker) allow() (*call, error) {
 	return c, nil
 }
 
+// refusesNow is the refusal a call admitted earlier would meet now, nil if
+// none: a state the fleet imposed since (open, or half-open with the probes
+// not this call's), or the local open state. The stack asks it once the
+// call has its slot of the limit, whose wait may outlast the verdict.
+func (b *breaker) refusesNow(c *call) error {
+	now := b.now()
+	if g := b.gate.Load(); g != nil && c.probe != g && now < g.holdUntil {
+		if now < g.openUntil {
+			return ErrOpen
+		}
+		return ErrTooManyRequests
+	}
+	if until := b.openUntil.Load(); until != 0 && c.probe == nil && now < time.Duration(until) {
+		return ErrOpen
+	}
+	return nil
+}
+
 // rejected counts a refusal and returns it.
 func (b *breaker) rejected(err error) error {
 	b.calls.rejected.Inc()
+	return b.rejectedReason(err)
+}
+
+// rejectedReason counts a refusal's reason only, for a call whose outcome
+// its tracker counts, and returns it.
+func (b *breaker) rejectedReason(err error) error {
 	if errors.Is(err, ErrOpen) {
 		b.calls.rejectedOpen.Inc()
 	} else {

@@ -431,3 +431,34 @@ func TestReleaseMakesRoomBesideTheHeldSlots(t *testing.T) {
 		}
 	})
 }
+
+// TestACallThatWaitedForASlotMeetsTheStateOfNow: a call the breaker admitted
+// waits for a slot of a full limit; the fleet opens meanwhile. When the slot
+// frees, the call is refused, not sent into the outage the fleet found.
+func TestACallThatWaitedForASlotMeetsTheStateOfNow(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts, c.Limit, c.BulkheadSize, c.BulkheadWait = 1, LimitStatic, 1, time.Second
+		})
+		go func() { _, _ = Do(context.Background(), b.p, answersIn(200*time.Millisecond)) }()
+		synctest.Wait() // the only slot is taken
+		s := &script{steps: []step{ok}}
+		var err error
+		done := make(chan struct{})
+		go func() { _, err = Do(context.Background(), b.p, s.call); close(done) }()
+		advance(50 * time.Millisecond) // it waits for the slot
+		b.p.Impose(Imposed{Source: SourceFleet, OpenFor: time.Second, HoldFor: 2 * time.Second})
+		advance(200 * time.Millisecond) // the slot frees
+		<-done
+		if !errors.Is(err, ErrOpen) {
+			t.Errorf("err = %v, want ErrOpen: the fleet opened while the call waited", err)
+		}
+		if s.attempts != 0 {
+			t.Errorf("attempts = %d, want 0: nothing is sent once the fleet refuses", s.attempts)
+		}
+		if limit, inFlight := b.p.limit.current(); inFlight != 0 {
+			t.Errorf("in flight = %d of %d after the refusal, want 0: its slot is freed", inFlight, limit)
+		}
+	})
+}

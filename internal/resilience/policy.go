@@ -350,6 +350,17 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 		c.finish(report, counter)
 		return nil, false, err
 	}
+	if err := p.breaker.refusesNow(c); err != nil {
+		// The breaker opened, here or for the fleet, while the call waited
+		// for its slot: the verdict it was admitted under is stale, and the
+		// outage noticed meanwhile gets nothing more from it.
+		if overLimit {
+			p.limit.endProbe()
+		}
+		p.limit.release(noSignal)
+		c.finish(errReportExcluded, p.breaker.calls.rejected)
+		return nil, false, p.breaker.rejectedReason(err)
+	}
 	return c, overLimit, nil
 }
 
