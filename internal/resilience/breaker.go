@@ -318,7 +318,7 @@ func (b *breaker) allow() (*call, error) {
 	return c, nil
 }
 
-// refusesNow is the refusal a call admitted earlier would meet now, nil if
+// refusesNow (L8) is the refusal a call admitted earlier would meet now, nil if
 // none: a state the fleet imposed since (open, or half-open with the probes
 // not this call's), or the local open state. The stack asks it once the
 // call has its slot of the limit, whose wait may outlast the verdict.
