@@ -213,9 +213,10 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 			wantErr: "container checkout: SHUTDOWN_TIMOUT is not read by the checkout binary",
 		},
 		{
-			name: "variable whose default is localhost left unset", file: workerEnv, base: true,
-			old: "PAYMENT_URL=https://payments.example.com\n", new: "",
-			wantErr: `container worker: PAYMENT_URL not set (its default "http://localhost:8082" is the pod itself)`,
+			name: "variable whose default is localhost left unset", file: workerYAML, base: true,
+			old:     "                name: worker-env\n          env:\n            - name: DATABASE_URL\n              valueFrom:\n                secretKeyRef:\n                  name: checkout-database\n                  key: DATABASE_URL\n",
+			new:     "                name: worker-env\n          env:\n",
+			wantErr: `container worker: DATABASE_URL not set (its default "postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable" is the pod itself)`,
 		},
 		{
 			name: "credential in a ConfigMap", file: workerEnv,
