@@ -16,6 +16,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -92,7 +93,7 @@ var commandSources = map[string][]string{
 
 // secretOnly are variables that must come from a Secret, never a ConfigMap
 // or a literal: credentials.
-var secretOnly = []string{"DATABASE_URL", "RIVERUI_USER", "RIVERUI_PASSWORD", "PAYMENTSIM_ADMIN_TOKEN"}
+var secretOnly = []string{"DATABASE_URL", "RIVERUI_USER", "RIVERUI_PASSWORD", "PAYMENTSIM_ADMIN_TOKEN", "STRIPE_SECRET_KEY"}
 
 // credentials are the variables without which a binary exposes something
 // that moves money or jobs (docs/design.md, "Invariants"); in a cluster, where the
@@ -131,8 +132,8 @@ func TestCodeFacts(t *testing.T) {
 	t.Parallel()
 	f := readFacts(t)
 	for name, want := range map[string][]string{
-		"checkout":   {"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "SHUTDOWN_DRAIN_DELAY", "SHUTDOWN_TIMEOUT", "RESILIENCE_MODE", "BREAKER_WINDOW", "METRICS_ADDR", "CATALOG_URL"},
-		"worker":     {"HTTP_ADDR", "DATABASE_URL", "PAYMENT_URL", "SHUTDOWN_DRAIN_DELAY", "RIVERUI_USER", "BREAKER_WINDOW"},
+		"checkout":   {"HTTP_ADDR", "DATABASE_URL", "STRIPE_API_BASE", "SHUTDOWN_DRAIN_DELAY", "SHUTDOWN_TIMEOUT", "RESILIENCE_MODE", "BREAKER_WINDOW", "METRICS_ADDR", "CATALOG_URL"},
+		"worker":     {"HTTP_ADDR", "DATABASE_URL", "STRIPE_API_BASE", "STRIPE_SECRET_KEY", "SHUTDOWN_DRAIN_DELAY", "RIVERUI_USER", "BREAKER_WINDOW"},
 		"paymentsim": {"HTTP_ADDR", "SHUTDOWN_TIMEOUT", "PAYMENTSIM_ADMIN_TOKEN"},
 	} {
 		b := f.binaries[name]
@@ -239,9 +240,9 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 			wantErr: `container checkout: RESILIENCE_MODE "timeout" serves /health from the API pool`,
 		},
 		{
-			name: "PAYMENT_URL names no Service port", file: demo,
-			old: "      - PAYMENT_URL=http://paymentsim:8082\n  - name: worker-env", new: "      - PAYMENT_URL=http://paymentsim:9082\n  - name: worker-env",
-			wantErr: `container checkout: PAYMENT_URL host "paymentsim:9082": no Service paymentsim with port 9082`,
+			name: "STRIPE_API_BASE names no Service port", file: demo,
+			old: "      - STRIPE_API_BASE=http://paymentsim:8082\n  - name: worker-env", new: "      - STRIPE_API_BASE=http://paymentsim:9082\n  - name: worker-env",
+			wantErr: `container checkout: STRIPE_API_BASE host "paymentsim:9082": no Service paymentsim with port 9082`,
 		},
 		{
 			name: "image that is not a Dockerfile target", file: workerYAML,
@@ -402,17 +403,17 @@ func TestManifestCheckCatchesBreakage(t *testing.T) {
 			name: "no egress to the provider", file: demoEgress,
 			old:     "    - to:\n        - podSelector:\n            matchLabels:\n              app.kubernetes.io/name: paymentsim\n      ports:\n        - protocol: TCP\n          port: 8082\n---",
 			new:     "---",
-			wantErr: "Deployment checkout: PAYMENT_URL paymentsim:8082: no NetworkPolicy egress from its pods allows Deployment paymentsim port 8082",
+			wantErr: "Deployment checkout: STRIPE_API_BASE paymentsim:8082: no NetworkPolicy egress from its pods allows Deployment paymentsim port 8082",
 		},
 		{
 			name: "provider does not admit the worker", file: paymentsim,
 			old: "                values: [checkout, worker]", new: "                values: [checkout]",
-			wantErr: "Deployment worker: PAYMENT_URL paymentsim:8082: no NetworkPolicy ingress of Deployment paymentsim admits it on port 8082",
+			wantErr: "Deployment worker: STRIPE_API_BASE paymentsim:8082: no NetworkPolicy ingress of Deployment paymentsim admits it on port 8082",
 		},
 		{
 			name: "no egress to an external provider", file: policies, base: true,
 			old: "          port: 443 # the provider's HTTPS API", new: "          port: 8443",
-			wantErr: "Deployment checkout: PAYMENT_URL payments.example.com: no NetworkPolicy egress allows port 443 outside the cluster",
+			wantErr: "Deployment checkout: STRIPE_API_BASE api.stripe.com: no NetworkPolicy egress allows port 443 outside the cluster",
 		},
 		{
 			name: "database open to every pod of the namespace", file: postgres,
@@ -642,8 +643,10 @@ func loadFacts(root string) (*facts, error) {
 	}
 
 	// Variables several binaries share are read by envconfig's helpers
-	// (env.Database, env.Resilience, env.Mode).
+	// (env.Database, env.Resilience, env.Mode), some through another helper
+	// (env.Payment through r.secretKey): one level of that is followed.
 	helpers := map[string]map[string]string{}
+	bodies := map[string]*ast.BlockStmt{}
 	envconfigFiles, err := filepath.Glob(filepath.Join(root, "internal/envconfig/*.go"))
 	if err != nil {
 		return nil, err
@@ -660,8 +663,13 @@ func loadFacts(root string) (*facts, error) {
 		for _, decl := range file.Decls {
 			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv != nil {
 				helpers[fn.Name.Name] = envReads(fn.Body, "r", nil)
+				bodies[fn.Name.Name] = fn.Body
 			}
 		}
+	}
+	direct := maps.Clone(helpers)
+	for name, body := range bodies {
+		helpers[name] = envReads(body, "r", direct)
 	}
 
 	for name, routes := range routeSources {
@@ -1063,7 +1071,7 @@ func (c *checker) checkBinaryContainer(where place, ctr corev1.Container, b *bin
 			c.fail(where, "%s not set: the binary would serve without a credential", name)
 		}
 	}
-	for _, name := range []string{"PAYMENT_URL", "DATABASE_URL"} {
+	for _, name := range []string{"STRIPE_API_BASE", "DATABASE_URL"} {
 		if v, ok := env[name]; ok && v.value != "" {
 			c.checkURL(where, name, v.value)
 		}

@@ -297,7 +297,7 @@ func (c *checker) checkServiceIngress() {
 // checkDependencies requires the policies to let w reach what its
 // settings name: DNS, the database, the provider, the catalog.
 func (c *checker) checkDependencies(w *workload, b *binary) {
-	if !b.reads("DATABASE_URL") && !b.reads("PAYMENT_URL") {
+	if !b.reads("DATABASE_URL") && !b.reads("STRIPE_API_BASE") {
 		return // calls nothing
 	}
 	src := endpoint{w: w}
@@ -306,7 +306,7 @@ func (c *checker) checkDependencies(w *workload, b *binary) {
 	}
 	quiet := &checker{m: c.m, f: c.f, externalSecrets: true}
 	env := quiet.environment(place(w.String()), w.pod.Spec.Containers[0])
-	for _, name := range []string{"DATABASE_URL", "PAYMENT_URL", "CATALOG_URL"} {
+	for _, name := range []string{"DATABASE_URL", "STRIPE_API_BASE", "CATALOG_URL"} {
 		raw := env[name].value
 		if raw == "" {
 			continue // unset, or in a Secret this directory does not render
