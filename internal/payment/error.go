@@ -75,6 +75,9 @@ type Error struct {
 	// RetryAfter is when the provider asked to be called again, for a 429 (see
 	// RetryAfterOf); 0 otherwise.
 	RetryAfter time.Duration
+	// NoRetry: the answer said Stripe-Should-Retry: false, another attempt now would not
+	// help (Classify).
+	NoRetry bool
 	// Err is the underlying cause: a *stripe.Error, a network error, context.DeadlineExceeded.
 	Err error
 
@@ -118,6 +121,7 @@ func (e *Error) Unwrap() []error {
 //	401, 403                                 ErrTransient: a rotated key is an outage to fix
 //	5xx api_error, any other answer          ErrTransient
 //	no answer, unreadable answer, timeout    ErrTransient
+//	any of those with Stripe-Should-Retry: false, not retried (Classify: Unretryable)
 //
 // A 409 and a 429 are told apart by status, whatever their type: Stripe answers both as
 // invalid_request_error, which would otherwise read as our bug. A key reused with other
@@ -133,6 +137,7 @@ func classify(err error) *Error {
 	if se.PaymentIntent != nil {
 		e.PaymentIntent = se.PaymentIntent.ID
 	}
+	e.NoRetry = header(se, "Stripe-Should-Retry") == "false"
 	switch {
 	case se.HTTPStatusCode == http.StatusTooManyRequests:
 		e.RetryAfter = parseRetryAfter(header(se, "Retry-After"), time.Now())

@@ -67,6 +67,8 @@ func TestClassification(t *testing.T) {
 			want{kind: payment.ErrTransient, class: resilience.Transient}},
 		{"403", http.StatusForbidden, nil, stripeError("invalid_request_error", ""), want{kind: payment.ErrTransient, class: resilience.Transient}},
 		{"500 api_error", http.StatusInternalServerError, nil, stripeError("api_error", ""), want{kind: payment.ErrTransient, class: resilience.Transient}},
+		{"500 api_error, Stripe-Should-Retry: false", http.StatusInternalServerError, http.Header{"Stripe-Should-Retry": {"false"}}, stripeError("api_error", ""),
+			want{kind: payment.ErrTransient, class: resilience.Unretryable}},
 		{"503 api_error", http.StatusServiceUnavailable, nil, stripeError("api_error", ""), want{kind: payment.ErrTransient, class: resilience.Transient}},
 		{"502 from a proxy, HTML", http.StatusBadGateway, nil, `<html>`, want{kind: payment.ErrTransient, class: resilience.Transient}},
 		{"404 from a wrong base URL, not Stripe's JSON", http.StatusNotFound, nil, `404 page not found`, want{kind: payment.ErrTransient, class: resilience.Transient}},

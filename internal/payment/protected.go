@@ -140,6 +140,9 @@ func Classify(err error) resilience.Class {
 		IsInProgress(err) || IsThrottled(err) || IsKeyReused(err) {
 		return resilience.Final
 	}
+	if e, ok := errors.AsType[*Error](err); ok && e.NoRetry {
+		return resilience.Unretryable // the provider's trouble, but it said another attempt will not help
+	}
 	return resilience.Transient
 }
 

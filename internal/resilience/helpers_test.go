@@ -19,6 +19,7 @@ import (
 var (
 	errUnavailable = errors.New("503 service unavailable") // Transient
 	errDeclined    = errors.New("402 card declined")       // Final
+	errNoRetry     = errors.New("500, should not retry")   // Unretryable
 )
 
 // advance is the tests' "d later": inside a synctest bubble it moves the
@@ -31,8 +32,11 @@ func advance(d time.Duration) {
 }
 
 func classify(err error) Class {
-	if errors.Is(err, errDeclined) {
+	switch {
+	case errors.Is(err, errDeclined):
 		return Final
+	case errors.Is(err, errNoRetry):
+		return Unretryable
 	}
 	return Transient
 }

@@ -39,6 +39,10 @@ const (
 	// the same answer (a card decline, a 4xx): it is neither a breaker
 	// failure nor retried.
 	Final
+	// Unretryable means the dependency is in trouble, a breaker failure,
+	// but said that another attempt now would not help (Stripe's
+	// Stripe-Should-Retry: false on a 5xx): it is not retried.
+	Unretryable
 )
 
 // Options carries what a Policy needs besides numbers.
@@ -389,11 +393,11 @@ func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut b
 		retry = true
 	case ctx.Err() != nil:
 		c.finish(errReportExcluded, calls.excluded) // the caller gave up, not the dependency
-	case p.classify(err) == Transient:
+	case p.classify(err) != Final:
 		if c.finish(errReportFailure, calls.failure) {
 			s = congested
 		}
-		retry = true
+		retry = p.classify(err) == Transient
 	default:
 		c.finish(errReportExcluded, calls.excluded)
 	}

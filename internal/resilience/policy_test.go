@@ -324,3 +324,24 @@ func TestRateSpacesCallsAndRefusesALateTurn(t *testing.T) {
 		}
 	})
 }
+
+// TestAnUnretryableFailureIsAFailureNotRetried: the dependency's trouble
+// counts against the breaker, but the call is not made again when the
+// dependency said another attempt would not help.
+func TestAnUnretryableFailureIsAFailureNotRetried(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		attempts := 0
+		_, err := Do(context.Background(), b.p, func(context.Context) (string, error) {
+			attempts++
+			return "", errNoRetry
+		})
+		if !errors.Is(err, errNoRetry) || attempts != 1 {
+			t.Errorf("err = %v after %d attempts, want errNoRetry after 1", err, attempts)
+		}
+		if got := b.calls(t, outcomeFailure); got != 1 {
+			t.Errorf("failures = %d, want 1: it is the dependency's trouble", got)
+		}
+	})
+}
