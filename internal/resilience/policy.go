@@ -151,10 +151,8 @@ func (p *Policy) State() State {
 	return p.breaker.state()
 }
 
-// Limit returns how many calls the concurrency limit lets run at once right
-// now: the adaptive limit's current value, or the static bulkhead's size;
-// 0 outside ModeProtected. The resilience_concurrency_limit gauge reports
-// it too.
+// Limit returns how many calls the concurrency limit lets run at once now
+// (resilience_concurrency_limit); 0 outside ModeProtected.
 func (p *Policy) Limit() int {
 	if p.limit == nil {
 		return 0
@@ -164,13 +162,10 @@ func (p *Policy) Limit() int {
 }
 
 // RetryAfter returns how long until the stack lets a call through: what is
-// left of the breaker's open state, or, when every slot of the concurrency
-// limit is kept for a call the dependency may still hold, until a call may
-// go over the limit to find out whether it does (limiter.acquireProbe) —
-// or, while such a call is out, until its answer is due (limiter.retryIn);
-// 0 when nothing refuses. Callers use it for the
-// HTTP Retry-After header and to schedule or snooze background retries so
-// they don't pile onto a dependency the stack knows is failing.
+// left of the breaker's open state, or, when held slots fill the limit,
+// until a call may go over it or its answer is due (limiter.retryIn); 0
+// when nothing refuses. Callers use it for the HTTP Retry-After header and
+// to snooze background work instead of piling onto a failing dependency.
 func (p *Policy) RetryAfter() time.Duration {
 	if p.breaker == nil {
 		return 0
@@ -187,15 +182,10 @@ func (p *Policy) RetryAfter() time.Duration {
 	return p.limit.retryIn(answerWithin)
 }
 
-// Do calls fn through p's layers, outermost first: retry, circuit breaker,
-// concurrency limit, per-attempt timeout. fn must honour the context it is
-// given.
-//
-// It returns fn's result, or an error the caller can turn into a fallback
-// decision with errors.Is: ErrOpen or ErrTooManyRequests (the breaker
-// refused, see RetryAfter), ErrBulkheadFull, ErrTimeout (the last attempt
-// timed out), or fn's own error. Errors are wrapped, never replaced, so
-// fn's error stays reachable with errors.Is and errors.As.
+// Do calls fn through p's layers, outermost first: retry, pace (each
+// attempt), circuit breaker, concurrency limit, per-attempt timeout. fn must
+// honour the context it is given. It returns fn's result, or one of the errors the
+// package doc lists; errors are wrapped, never replaced.
 func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (T, error) {
 	switch p.cfg.Mode {
 	case ModeNone:
@@ -251,10 +241,9 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 	}
 }
 
-// Refused reports whether the stack turned a call away without making it:
-// the breaker refused it (ErrOpen, ErrTooManyRequests), the limit stayed
-// full (ErrBulkheadFull), or the probe sent before it failed
-// (ErrProbeFailed). Such a call cost the dependency nothing.
+// Refused reports whether the stack turned a call away without making it
+// (ErrOpen, ErrTooManyRequests, ErrBulkheadFull, ErrProbeFailed, ErrPaced):
+// such a call cost the dependency nothing.
 func Refused(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) ||
 		errors.Is(err, ErrBulkheadFull) || errors.Is(err, ErrProbeFailed) || errors.Is(err, ErrPaced)
