@@ -28,7 +28,8 @@ const (
 // fixed (the static bulkhead, min = max) or adapts between min and max by
 // additive increase, multiplicative decrease (AIMD). docs/design.md, "The
 // payment limit's rules", numbers the rules, with the scenario-matrix row
-// that gets worse without each; the comments below name them L1–L7.
+// that gets worse without each; the comments below name them L1–L7 (L8 is
+// breaker.refusesNow).
 //
 // Why AIMD: the delay-based limits (Vegas and Gradient2 in Netflix's
 // concurrency-limits, failsafe-go's adaptivelimiter) learn from calls that
