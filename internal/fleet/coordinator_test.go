@@ -647,7 +647,7 @@ func TestStartWaitsForTheFirstRead(t *testing.T) {
 	if err := fleet.Force(ctx, op, "payment", 0, "operator"); err != nil {
 		t.Fatal(err)
 	}
-	newProcess := func(t *testing.T, url string) (*resilience.Policy, *fleet.Coordinator) {
+	newProcess := func(t *testing.T, url string, wait time.Duration) (*resilience.Policy, *fleet.Coordinator) {
 		t.Helper()
 		pool, err := pgxpool.New(ctx, url)
 		if err != nil {
@@ -658,7 +658,7 @@ func TestStartWaitsForTheFirstRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		coord, err := fleet.New(pool, "payment", policy, fleet.Options{StartWait: 500 * time.Millisecond})
+		coord, err := fleet.New(pool, "payment", policy, fleet.Options{StartWait: wait})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -667,7 +667,9 @@ func TestStartWaitsForTheFirstRead(t *testing.T) {
 
 	t.Run("forced", func(t *testing.T) {
 		prov := newProvider()
-		policy, coord := newProcess(t, dbURL)
+		// Start returns as soon as the read is done; the wait only bounds
+		// it, generously, for a database busy with the rest of the suite.
+		policy, coord := newProcess(t, dbURL, 10*time.Second)
 		t.Cleanup(coord.Start(ctx))
 		_, err := resilience.Do(ctx, policy, prov.call("fresh"))
 		if !errors.Is(err, resilience.ErrOpen) || prov.total() != 0 {
@@ -678,7 +680,7 @@ func TestStartWaitsForTheFirstRead(t *testing.T) {
 		prov := newProvider()
 		proxy := dbtest.NewProxy(t, dbURL)
 		proxy.Refuse()
-		policy, coord := newProcess(t, proxy.URL())
+		policy, coord := newProcess(t, proxy.URL(), 500*time.Millisecond)
 		began := time.Now()
 		t.Cleanup(coord.Start(ctx))
 		if took := time.Since(began); took > 2*time.Second {
