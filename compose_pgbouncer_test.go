@@ -13,11 +13,11 @@ import (
 )
 
 // pgbouncerProfile is the compose profile that puts PgBouncer in front of a
-// second checkout and worker (README.md "PgBouncer").
+// second checkout and worker (docs/operations.md, "PgBouncer").
 const pgbouncerProfile = "pgbouncer"
 
 // pooledServices are the application services of the profile, with the
-// variables README.md says a process behind PgBouncer needs.
+// variables docs/operations.md says a process behind PgBouncer needs.
 var pooledServices = map[string]map[string]string{
 	"checkout-pgbouncer": {"DB_STATEMENT_TIMEOUT": "0"},
 	"worker-pgbouncer":   {"DB_STATEMENT_TIMEOUT": "0", "RIVER_POLL_ONLY": "true"},
@@ -113,7 +113,7 @@ func copyComposeTree(t *testing.T) string {
 	return dir
 }
 
-// checkPgBouncer returns every rule of README.md's PgBouncer section the
+// checkPgBouncer returns every rule of docs/operations.md's PgBouncer section the
 // profile breaks.
 func checkPgBouncer(p *types.Project) []error {
 	var errs []error

@@ -43,7 +43,7 @@ var (
 
 // Worker settings the soak lowers from their defaults, so that minutes
 // exercise what takes hours in production; none is set below what its
-// README entry says it must exceed.
+// docs/operations.md entry says it must exceed.
 var soakWorkerEnv = map[string]string{
 	// Give up charging at the third attempt (seconds in, instead of one to
 	// two hours) and settle from the provider's lookup, so that path runs.

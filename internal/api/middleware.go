@@ -124,7 +124,7 @@ func observe(log *slog.Logger, m *Metrics) func(http.Handler) http.Handler {
 			}, la.attrs...)
 			la.mu.Unlock()
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-				// The request's trace (README, Tracing): from a log line to its spans.
+				// The request's trace (docs/operations.md, "Tracing"): from a log line to its spans.
 				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 			}
 			log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)

@@ -33,7 +33,7 @@ type Config struct {
 	// drops it silently. A SET after connecting would not help either: it
 	// would land on whichever server session the pooler lent us for that
 	// one statement and stay there for the next client. The role's own
-	// setting (ALTER ROLE … SET statement_timeout, README.md "PgBouncer")
+	// setting (ALTER ROLE … SET statement_timeout, docs/operations.md, "PgBouncer")
 	// is the one every server session the pooler opens for it starts with.
 	StatementTimeout time.Duration
 	// Tracer, if set, traces every query (telemetry.PgxTracer).

@@ -30,7 +30,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/worker"
 )
 
-// bouncerBundle is checkout's database set up the way README.md's PgBouncer
+// bouncerBundle is checkout's database set up the way docs/operations.md's PgBouncer
 // section says: the schema migrated over a direct connection, the statement
 // timeout set on the database, and the application's pools going through a
 // PgBouncer in transaction mode with the URL's query exec mode.
@@ -40,7 +40,7 @@ type bouncerBundle struct {
 	url     string // DATABASE_URL through the bouncer
 }
 
-// execModes are the values of default_query_exec_mode that README.md names
+// execModes are the values of default_query_exec_mode that docs/operations.md names
 // for PgBouncer 1.18 in transaction mode, which has no prepared statements:
 // exec (recommended) and simple_protocol. pgx's default, cache_statement,
 // fails there ("prepared statement … does not exist"), and so does
@@ -64,7 +64,7 @@ func setupBouncer(t *testing.T, execMode string, cfg dbtest.PgBouncerConfig) *bo
 	if err := database.Migrate(ctx, direct, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatalf("migrate directly: %v", err)
 	}
-	// The operator's step instead of DB_STATEMENT_TIMEOUT (README.md uses
+	// The operator's step instead of DB_STATEMENT_TIMEOUT (docs/operations.md uses
 	// ALTER ROLE; the test scopes it to its own database).
 	name := strings.TrimPrefix(mustParse(t, directURL).Path, "/")
 	if _, err := direct.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET statement_timeout = '1s'"); err != nil {

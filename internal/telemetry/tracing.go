@@ -32,7 +32,7 @@ var Samplers = []string{
 // TracingConfig is how a process exports traces. internal/envconfig reads
 // it from the standard OTEL_* variables; the rule that decides between an
 // exporter and none lives there (envconfig.Reader.Tracing) and in the
-// README's Tracing section.
+// docs/operations.md's Tracing section.
 type TracingConfig struct {
 	// Exporter is ExporterOTLP or ExporterNone.
 	Exporter string
@@ -133,8 +133,8 @@ func (t *Tracing) Enabled() bool { return t.sdk != nil }
 // of the drain delay and the server's shutdown, inside the 10 s Docker
 // gives a container between SIGTERM and SIGKILL. Measured with a backend
 // that accepts connections and never answers: the process exits this much
-// later than with tracing off, and requests were not slower (README,
-// Tracing).
+// later than with tracing off, and requests were not slower (docs/operations.md,
+// "Tracing").
 const ShutdownTimeout = 2 * time.Second
 
 // Shutdown flushes the spans still buffered and stops the exporter; it

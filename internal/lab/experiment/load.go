@@ -51,7 +51,7 @@ type Sample struct {
 
 // stalePricesHeader is the header checkout marks an answer with when it checked the order's
 // prices against cached ones while the catalog was unavailable: "Catalog-Prices: stale;
-// age=95" (README, "The catalog protocol"). The experiment reads it as any client would.
+// age=95" (docs/design.md, "Catalog protocol"). The experiment reads it as any client would.
 const stalePricesHeader = "Catalog-Prices"
 
 // isStale reports whether a Catalog-Prices value says "stale", its first item.
