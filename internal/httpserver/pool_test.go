@@ -10,8 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestPoolWaitsBoundedly(t *testing.T) {
@@ -58,14 +57,14 @@ func TestPoolWaitsBoundedly(t *testing.T) {
 				if got, want := time.Since(start), tt.wantElapsed; got != want {
 					t.Errorf("returned after %v, want %v", got, want)
 				}
-				if got, want := counterValue(t, inUse), 1.0; got != want {
+				if got, want := testutil.ToFloat64(inUse), 1.0; got != want {
 					t.Errorf("in use = %v, want %v", got, want)
 				}
 				wantRejected := 0.0
 				if !tt.wantSlot && tt.cancelAfter == 0 {
 					wantRejected = 1
 				}
-				if got := counterValue(t, rejected); got != wantRejected {
+				if got := testutil.ToFloat64(rejected); got != wantRejected {
 					t.Errorf("rejected = %v, want %v", got, wantRejected)
 				}
 			})
@@ -130,10 +129,10 @@ func TestHealthPoolAnswersWhileAPIPoolSaturated(t *testing.T) {
 				t.Errorf("%s = %q, want %q", header, got, want)
 			}
 		}
-		if got, want := counterValue(t, m.rejected.WithLabelValues("api")), 1.0; got != want {
+		if got, want := testutil.ToFloat64(m.rejected.WithLabelValues("api")), 1.0; got != want {
 			t.Errorf("http_pool_rejected_total{api} = %v, want %v", got, want)
 		}
-		if got, want := counterValue(t, m.inUse.WithLabelValues("api")), 2.0; got != want {
+		if got, want := testutil.ToFloat64(m.inUse.WithLabelValues("api")), 2.0; got != want {
 			t.Errorf("http_pool_in_use{api} = %v, want %v", got, want)
 		}
 		close(hung)
@@ -161,16 +160,4 @@ func shed(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Retry-After", "1")
 	w.WriteHeader(http.StatusServiceUnavailable)
-}
-
-func counterValue(t *testing.T, m prometheus.Metric) float64 {
-	t.Helper()
-	var out dto.Metric
-	if err := m.Write(&out); err != nil {
-		t.Fatal(err)
-	}
-	if out.Gauge != nil {
-		return out.Gauge.GetValue()
-	}
-	return out.Counter.GetValue()
 }

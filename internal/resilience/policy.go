@@ -382,13 +382,16 @@ func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut b
 		retry = true
 	case ctx.Err() != nil:
 		c.finish(errReportExcluded, calls.excluded) // the caller gave up, not the dependency
-	case p.classify(err) != Final:
-		if c.finish(errReportFailure, calls.failure) {
+	default:
+		class := p.classify(err)
+		if class == Final {
+			c.finish(errReportExcluded, calls.excluded)
+			break
+		}
+		if c.finish(errReportFailure, calls.failure) { // Transient or Unretryable
 			s = congested
 		}
-		retry = p.classify(err) == Transient
-	default:
-		c.finish(errReportExcluded, calls.excluded)
+		retry = class == Transient
 	}
 	if abandoned {
 		// Its slot stays taken until the dependency may be done with it.
