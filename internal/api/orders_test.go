@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,14 +197,26 @@ func TestConcurrentIdenticalRequestsMakeOneOrder(t *testing.T) {
 	results := make([]response, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	var asked atomic.Int32
 	for i := range n {
 		wg.Go(func() {
 			<-start
 			results[i] = b.post(t, key, validBody)
+			// A 503 or 504 tells the client to ask again with the same key
+			// (a slow test machine can take the database past DBTimeout);
+			// this client does, as the API says a client should.
+			for try := 0; try < 3 && (results[i].status == http.StatusServiceUnavailable || results[i].status == http.StatusGatewayTimeout); try++ {
+				asked.Add(1)
+				time.Sleep(200 * time.Millisecond)
+				results[i] = b.post(t, key, validBody)
+			}
 		})
 	}
 	close(start)
 	wg.Wait()
+	if asked.Load() > 0 {
+		t.Logf("%d requests asked again after a 503 or 504", asked.Load())
+	}
 
 	var created, replayed, conflicts int
 	var body []byte
@@ -211,6 +224,7 @@ func TestConcurrentIdenticalRequestsMakeOneOrder(t *testing.T) {
 		switch {
 		case r.status == http.StatusCreated && r.header.Get("Idempotent-Replayed") == "true":
 			replayed++
+			body = r.body
 		case r.status == http.StatusCreated:
 			created++
 			body = r.body
@@ -221,8 +235,10 @@ func TestConcurrentIdenticalRequestsMakeOneOrder(t *testing.T) {
 			t.Errorf("response %v: want 201 or 409", r)
 		}
 	}
-	if created != 1 || created+replayed+conflicts != n {
-		t.Fatalf("%d created, %d replayed, %d conflicts; want exactly 1 created, the rest replays or 409", created, replayed, conflicts)
+	// The request that created the order may itself have been answered 504
+	// (its COMMIT unconfirmed) and then replayed: at most one is "created".
+	if created > 1 || body == nil || created+replayed+conflicts != n {
+		t.Fatalf("%d created, %d replayed, %d conflicts; want at most 1 created, the rest replays or 409", created, replayed, conflicts)
 	}
 	for _, r := range results {
 		if r.status == http.StatusCreated && !bytes.Equal(r.body, body) {
