@@ -89,8 +89,7 @@ func ledgerResilienceDefaults(pageTimeout time.Duration) resilience.Config {
 	d.SlowCallThreshold = pageTimeout
 	d.MinCalls = 4
 	d.HalfOpenProbes = 1
-	d.Limit = resilience.LimitStatic
-	d.BulkheadSize = 1
+	d.LimitInitial, d.LimitMin, d.LimitMax = 1, 1, 1
 	d.AbandonedHold = 0
 	d.LimitLateFactor = 0
 	return d

@@ -119,7 +119,7 @@ func setup(t testing.TB, opts options) (*bundle, *dbtest.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payment.NewClient(payment.Config{BaseURL: simSrv.URL, SecretKey: "sk_test_checkout", MaxConns: rcfg.BulkheadSize})
+	client, err := payment.NewClient(payment.Config{BaseURL: simSrv.URL, SecretKey: "sk_test_checkout", MaxConns: rcfg.MaxConcurrency()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func DefaultConfig() Config {
 	r.OpenDuration = 5 * time.Second
 	r.OpenMax = 30 * time.Second
 	r.AbandonedHold = 0 // an issuer serves a static document; an abandoned fetch costs it nothing
-	r.Limit, r.BulkheadSize = resilience.LimitStatic, 2
+	r.LimitInitial, r.LimitMin, r.LimitMax = 2, 2, 2
 	return Config{CustomerClaim: "sub", Refresh: 5 * time.Minute, MinRefetch: 5 * time.Second, Resilience: r}
 }
 

@@ -285,7 +285,7 @@ func TestBulkheadFullFallsBack(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, func(c *Config) {
-			c.Resilience.Limit, c.Resilience.BulkheadSize, c.Resilience.BulkheadWait = resilience.LimitStatic, 1, 0
+			c.Resilience.LimitInitial, c.Resilience.LimitMin, c.Resilience.LimitMax, c.Resilience.BulkheadWait = 1, 1, 1, 0
 		})
 		b.lookup(t, "SKU-2")
 		advance(b.cfg.TTL)

@@ -28,22 +28,23 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	c.OpenMax = r.Duration("BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
 	c.AbandonedHold = r.Duration("PAYMENT_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour)
 	c.HalfOpenProbes = r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
-	c.Limit = r.limitKind(d.Limit)
-	c.BulkheadSize = r.Int("PAYMENT_BULKHEAD_SIZE", d.BulkheadSize, 1, 10_000)
 	c.BulkheadWait = r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute)
 	c.LimitInitial = r.Int("PAYMENT_LIMIT_INITIAL", d.LimitInitial, 1, 10_000)
 	c.LimitMin = r.Int("PAYMENT_LIMIT_MIN", d.LimitMin, 1, 10_000)
 	c.LimitMax = r.Int("PAYMENT_LIMIT_MAX", d.LimitMax, 1, 10_000)
+	// PAYMENT_LIMIT=static: the article's fixed bulkhead, a limit whose
+	// minimum is its maximum.
+	if r.OneOf("PAYMENT_LIMIT", "adaptive", "adaptive", "static") == "static" {
+		n := r.Int("PAYMENT_BULKHEAD_SIZE", staticBulkhead, 1, 10_000)
+		c.LimitInitial, c.LimitMin, c.LimitMax = n, n, n
+	}
 	c.LimitBackoff = r.Float("PAYMENT_LIMIT_BACKOFF", d.LimitBackoff, 0.5, 0.99)
 	c.LimitLateFactor = r.lateFactor(d.LimitLateFactor)
 	return c
 }
 
-// limitKind reads PAYMENT_LIMIT (adaptive or static; default d).
-func (r *Reader) limitKind(d resilience.LimitKind) resilience.LimitKind {
-	k, _ := resilience.ParseLimitKind(r.OneOf("PAYMENT_LIMIT", d.String(), "adaptive", "static"))
-	return k
-}
+// staticBulkhead is PAYMENT_BULKHEAD_SIZE's default: the article's 4.
+const staticBulkhead = 4
 
 // Mode reads RESILIENCE_MODE (none, timeout, protected; default protected).
 func (r *Reader) Mode() resilience.Mode {

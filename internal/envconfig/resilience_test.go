@@ -21,7 +21,7 @@ func TestResilienceLimit(t *testing.T) {
 		{
 			name: "static",
 			env:  map[string]string{"PAYMENT_LIMIT": "static", "PAYMENT_BULKHEAD_SIZE": "10"},
-			want: func(c *resilience.Config) { c.Limit, c.BulkheadSize = resilience.LimitStatic, 10 },
+			want: func(c *resilience.Config) { c.LimitInitial, c.LimitMin, c.LimitMax = 10, 10, 10 },
 		},
 		{
 			name: "adaptive knobs",

@@ -57,10 +57,12 @@ func isRejection(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, gobreaker.ErrOpenState)
 }
 
-func benchPolicy(b *testing.B, open bool, limit LimitKind) *Policy {
+func benchPolicy(b *testing.B, open bool, fixed bool) *Policy {
 	b.Helper()
 	cfg := DefaultConfig()
-	cfg.Limit = limit
+	if fixed {
+		cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax = 4, 4, 4
+	}
 	cfg.OpenDuration = 1 << 62 // stays open for the whole benchmark
 	cfg.MinCalls, cfg.WindowSize = 1, 1
 	p, err := New("bench", cfg, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -91,12 +93,12 @@ func BenchmarkClosed(b *testing.B) {
 			return err
 		})
 	})
-	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
-		b.Run("breaker+"+limit.String(), func(b *testing.B) {
+	for _, limit := range []string{"fixed", "adaptive"} {
+		b.Run("breaker+"+limit, func(b *testing.B) {
 			// The layers failsafe-go's breaker + bulkhead (or adaptive
 			// limiter) composition covers, without retry and per-attempt
 			// timeout, for a like-for-like figure.
-			p := benchPolicy(b, false, limit)
+			p := benchPolicy(b, false, limit == "fixed")
 			benchSerialAndParallel(b, func(ctx context.Context) error {
 				c, err := p.breaker.allow()
 				if err != nil {
@@ -118,8 +120,8 @@ func BenchmarkClosed(b *testing.B) {
 		})
 	}
 
-	b.Run("protected", func(b *testing.B) { benchProtected(b, false, LimitAdaptive) })
-	b.Run("protected-static", func(b *testing.B) { benchProtected(b, false, LimitStatic) })
+	b.Run("protected", func(b *testing.B) { benchProtected(b, false, false) })
+	b.Run("protected-fixed", func(b *testing.B) { benchProtected(b, false, true) })
 }
 
 func BenchmarkOpen(b *testing.B) {
@@ -135,12 +137,12 @@ func BenchmarkOpen(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("protected", func(b *testing.B) { benchProtected(b, true, LimitAdaptive) })
+	b.Run("protected", func(b *testing.B) { benchProtected(b, true, false) })
 }
 
 // benchProtected measures Do with every layer, the breaker closed or open.
-func benchProtected(b *testing.B, open bool, limit LimitKind) {
-	p := benchPolicy(b, open, limit)
+func benchProtected(b *testing.B, open, fixed bool) {
+	p := benchPolicy(b, open, fixed)
 	benchSerialAndParallel(b, func(ctx context.Context) error {
 		_, err := Do(ctx, p, bareCall)
 		return err
@@ -150,9 +152,9 @@ func benchProtected(b *testing.B, open bool, limit LimitKind) {
 // BenchmarkLimit measures the concurrency limit alone, acquire and release
 // around a bare call: the cost the limit adds to the closed path.
 func BenchmarkLimit(b *testing.B) {
-	for _, limit := range []LimitKind{LimitStatic, LimitAdaptive} {
-		b.Run(limit.String(), func(b *testing.B) {
-			p := benchPolicy(b, false, limit)
+	for _, limit := range []string{"fixed", "adaptive"} {
+		b.Run(limit, func(b *testing.B) {
+			p := benchPolicy(b, false, limit == "fixed")
 			benchSerialAndParallel(b, func(ctx context.Context) error {
 				if err := p.limit.acquire(ctx); err != nil {
 					return err

@@ -99,23 +99,17 @@ type Config struct {
 	// that many successes in a row close it, one failure re-opens it.
 	HalfOpenProbes int
 
-	// Limit selects the concurrency limit: adaptive (the zero value, so
-	// the default) or static. Either way a call that finds the limit
-	// reached waits at most BulkheadWait for a slot, then gets
-	// ErrBulkheadFull.
-	Limit        LimitKind
-	BulkheadWait time.Duration
-	// BulkheadSize is the fixed number of calls in flight of the static
-	// limit.
-	BulkheadSize int
-	// The adaptive limit starts at LimitInitial and moves between LimitMin
-	// and LimitMax: up by one per healthy call while the load presses on
-	// it, multiplied by LimitBackoff for each slow, timed-out or failed
-	// call (see limiter in limit.go).
+	// The concurrency limit starts at LimitInitial and moves between
+	// LimitMin and LimitMax: up by one per healthy call while the load
+	// presses on it, multiplied by LimitBackoff for each slow, timed-out or
+	// failed call (see limiter in limit.go). LimitMin = LimitMax is a fixed
+	// bulkhead. A call that finds the limit reached waits at most
+	// BulkheadWait for a slot, then gets ErrBulkheadFull.
 	LimitInitial int
 	LimitMin     int
 	LimitMax     int
 	LimitBackoff float64
+	BulkheadWait time.Duration
 	// LimitLateFactor makes a call still in flight after LimitLateFactor
 	// times the 99th percentile latency of recent successful calls (the
 	// last 512) a congestion signal for the adaptive limit — kept between
@@ -175,52 +169,15 @@ func breakAfterHung(c Config, hung int, rnd func(int64) int64) time.Duration {
 	return c.BreakDuration(hung-1, rnd)
 }
 
-// LimitKind selects the concurrency limit of a protected [Policy].
-type LimitKind uint8
-
-const (
-	// LimitAdaptive moves the limit with the dependency's health, between
-	// LimitMin and LimitMax. It is the zero value.
-	LimitAdaptive LimitKind = iota
-	// LimitStatic is the fixed bulkhead of BulkheadSize slots.
-	LimitStatic
-)
-
-var limitNames = [...]string{LimitAdaptive: "adaptive", LimitStatic: "static"}
-
-// ParseLimitKind parses "adaptive" or "static"; the empty string means the
-// default, adaptive.
-func ParseLimitKind(s string) (LimitKind, error) {
-	if s == "" {
-		return LimitAdaptive, nil
-	}
-	for k, name := range limitNames {
-		if s == name {
-			return LimitKind(k), nil
-		}
-	}
-	return 0, fmt.Errorf("resilience: unknown limit %q (want adaptive or static)", s)
-}
-
-func (k LimitKind) String() string {
-	if int(k) < len(limitNames) {
-		return limitNames[k]
-	}
-	return fmt.Sprintf("LimitKind(%d)", uint8(k))
-}
-
 // MaxConcurrency is the most calls the policy ever lets run at once: the
-// adaptive limit's maximum, or the static bulkhead's size; 0 outside
+// limit's maximum; 0 outside
 // ModeProtected, where nothing bounds them. An HTTP client's connection
 // cap should follow it: fewer connections would make calls queue inside
 // the client, where the limit cannot see them, and more could never be
 // used at once.
 func (c Config) MaxConcurrency() int {
-	switch {
-	case c.Mode != ModeProtected:
+	if c.Mode != ModeProtected {
 		return 0
-	case c.Limit == LimitStatic:
-		return c.BulkheadSize
 	}
 	return c.LimitMax
 }
@@ -259,12 +216,10 @@ func DefaultConfig() Config {
 		// 10 s, as the seed outage's does.
 		AbandonedHold: 10 * time.Second,
 
-		Limit: LimitAdaptive,
 		// Half a healthy call: a fresh process's first calls wait for the
 		// first completions to grow the limit, and a longer wait only
 		// delays the fallback while hung calls hold the slots.
 		BulkheadWait: 100 * time.Millisecond,
-		BulkheadSize: 4, // article: 4 (the static limit)
 		// Where the article's bulkhead sits, right for 20 req/s × 200 ms;
 		// slow start doubles it per round trip when the load needs more.
 		LimitInitial: 4,
@@ -309,8 +264,6 @@ func (c Config) Validate() error {
 	check(c.AbandonedHold >= 0, "AbandonedHold %v must not be negative", c.AbandonedHold)
 	check(c.HalfOpenProbes >= 1 && c.HalfOpenProbes <= math.MaxUint32,
 		"HalfOpenProbes %d must be at least 1", c.HalfOpenProbes)
-	check(int(c.Limit) < len(limitNames), "Limit %d is not a limit kind", c.Limit)
-	check(c.BulkheadSize >= 1, "BulkheadSize %d must be at least 1", c.BulkheadSize)
 	check(c.BulkheadWait >= 0, "BulkheadWait %v must not be negative", c.BulkheadWait)
 	check(c.LimitMin >= 1, "LimitMin %d must be at least 1", c.LimitMin)
 	check(c.LimitMax >= c.LimitMin, "LimitMax %d must not be below LimitMin %d", c.LimitMax, c.LimitMin)

@@ -52,9 +52,7 @@ func TestConfigValidate(t *testing.T) {
 		{"zero open duration", func(c *Config) { c.OpenDuration = 0 }, "OpenDuration"},
 		{"negative jitter", func(c *Config) { c.OpenJitter = -1 }, "OpenJitter"},
 		{"no probes", func(c *Config) { c.HalfOpenProbes = 0 }, "HalfOpenProbes"},
-		{"no bulkhead slots", func(c *Config) { c.BulkheadSize = 0 }, "BulkheadSize"},
 		{"negative bulkhead wait", func(c *Config) { c.BulkheadWait = -time.Second }, "BulkheadWait"},
-		{"unknown limit kind", func(c *Config) { c.Limit = 9 }, "Limit 9"},
 		{"zero limit floor", func(c *Config) { c.LimitMin, c.LimitInitial = 0, 0 }, "LimitMin"},
 		{"limit max below min", func(c *Config) { c.LimitMin, c.LimitMax = 5, 4 }, "LimitMax"},
 		{"initial limit above max", func(c *Config) { c.LimitInitial = 21 }, "LimitInitial"},
@@ -82,30 +80,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestParseLimitKind(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in      string
-		want    LimitKind
-		wantErr bool
-	}{
-		{"", LimitAdaptive, false},
-		{"adaptive", LimitAdaptive, false},
-		{"static", LimitStatic, false},
-		{"Static", 0, true},
-		{"aimd", 0, true},
-	}
-	for _, tt := range tests {
-		got, err := ParseLimitKind(tt.in)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("ParseLimitKind(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
-		}
-		if err == nil && tt.in != "" && got.String() != tt.in {
-			t.Errorf("%v.String() = %q, want %q", got, got.String(), tt.in)
-		}
-	}
-}
-
 func TestMaxConcurrency(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -114,7 +88,7 @@ func TestMaxConcurrency(t *testing.T) {
 		want int
 	}{
 		{"adaptive: its maximum", func(*Config) {}, 20},
-		{"static: the bulkhead", func(c *Config) { c.Limit = LimitStatic }, 4},
+		{"fixed: its size", func(c *Config) { c.LimitInitial, c.LimitMin, c.LimitMax = 4, 4, 4 }, 4},
 		{"mode timeout: unbounded", func(c *Config) { c.Mode = ModeTimeout }, 0},
 		{"mode none: unbounded", func(c *Config) { c.Mode = ModeNone }, 0},
 	}

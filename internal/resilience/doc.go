@@ -18,8 +18,8 @@
 // The breaker is gobreaker v2's two-step breaker with a count window of the
 // last calls beside it, and a slow-call rule that counts a call as a
 // failure the moment it runs past the slow threshold, while still in
-// flight. The concurrency limit is AIMD ([LimitAdaptive]) or a fixed
-// bulkhead ([LimitStatic]); its rules are numbered in limit.go and tabled
+// flight. The concurrency limit is AIMD (a fixed bulkhead when its minimum
+// is its maximum); its rules are numbered in limit.go and tabled
 // in docs/design.md. [Pool] is the same bounded concurrency at the HTTP
 // edge, so that /health keeps its own slots.
 //

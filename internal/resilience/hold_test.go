@@ -17,7 +17,7 @@ func holdSetup(t *testing.T) bundle {
 	return setup(t, func(c *Config) {
 		c.MaxAttempts = 1
 		c.AbandonedHold = DefaultConfig().AbandonedHold
-		c.Limit, c.BulkheadSize = LimitStatic, 10
+		c.LimitInitial, c.LimitMin, c.LimitMax = 10, 10, 10
 	})
 }
 
@@ -148,7 +148,7 @@ func TestOnlyOneProbeAtATimeOverTheHeldSlots(t *testing.T) {
 func TestHoldOffOpensForTheOpenDuration(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.MaxAttempts, c.Limit, c.BulkheadSize = 1, LimitStatic, 10 })
+		b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial, c.LimitMin, c.LimitMax = 1, 10, 10, 10 })
 		hangTen(t, b)
 		// Tripped at 850 ms, now 950 ms: 1 s open leaves 900 ms.
 		if got, want := b.p.RetryAfter(), 900*time.Millisecond; got != want {
@@ -214,7 +214,7 @@ func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := setup(t, func(c *Config) {
 					c.MaxAttempts, c.AbandonedHold = 1, hold
-					c.Limit, c.BulkheadSize = LimitStatic, 2
+					c.LimitInitial, c.LimitMin, c.LimitMax = 2, 2, 2
 				})
 				start := time.Now()
 				var wg sync.WaitGroup
@@ -237,9 +237,16 @@ func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
 					t.Errorf("slots taken = %d, want the 2 abandoned calls'", inFlight)
 				}
 				// The breaker is closed (2 calls in its window), but a
-				// deferred retry must still wait for a slot to free.
-				if got, want := b.p.RetryAfter(), time.Until(start.Add(hold)); got != want {
-					t.Errorf("RetryAfter = %v, want %v (until the first held slot frees)", got, want)
+				// deferred retry must wait, not for the holds to end, but
+				// until one call may go over them (L4): within an open
+				// duration of the limit filling with them.
+				wait := b.p.RetryAfter()
+				if open := DefaultConfig().OpenDuration; wait <= 0 || wait > open {
+					t.Errorf("RetryAfter = %v, want more than 0 and at most the open duration, %v", wait, open)
+				}
+				advance(wait)
+				if _, err := b.do(ok); err != nil {
+					t.Errorf("after RetryAfter: err = %v, want the call made over the held slots", err)
 				}
 				advance(time.Until(start.Add(hold)))
 				if got := b.p.RetryAfter(); got != 0 {
@@ -258,7 +265,7 @@ func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, func(c *Config) {
 			c.MaxAttempts, c.AbandonedHold = 1, 10*time.Second
-			c.Limit, c.BulkheadSize = LimitStatic, 2
+			c.LimitInitial, c.LimitMin, c.LimitMax = 2, 2, 2
 		})
 		var wg sync.WaitGroup
 		for range 2 {

@@ -439,7 +439,7 @@ func TestACallThatWaitedForASlotMeetsTheStateOfNow(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, func(c *Config) {
-			c.MaxAttempts, c.Limit, c.BulkheadSize, c.BulkheadWait = 1, LimitStatic, 1, time.Second
+			c.MaxAttempts, c.LimitInitial, c.LimitMin, c.LimitMax, c.BulkheadWait = 1, 1, 1, 1, time.Second
 		})
 		go func() { _, _ = Do(context.Background(), b.p, answersIn(200*time.Millisecond)) }()
 		synctest.Wait() // the only slot is taken

@@ -81,7 +81,7 @@ func TestLateAfterFollowsThePercentileWithinBounds(t *testing.T) {
 }
 
 func testLateAfterFollowsThePercentileWithinBounds(t *testing.T) {
-	l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	l := newLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	l.lateFactor = 1.5
 	slow := 400 * time.Millisecond
 	succeed(l, 200*time.Millisecond, minTailSamples-1)
@@ -106,7 +106,7 @@ func testLateAfterFollowsThePercentileWithinBounds(t *testing.T) {
 		t.Errorf("the hold over: lateAfter = %v, want %v", got, want)
 	}
 	// A background limit is the one that gives way: held slots or not.
-	bg := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	bg := newLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	bg.lateFactor, bg.yields = 1.5, true
 	succeed(bg, 200*time.Millisecond, minTailSamples)
 	if err := bg.acquire(context.Background()); err != nil {
@@ -124,7 +124,7 @@ func testLateAfterFollowsThePercentileWithinBounds(t *testing.T) {
 		t.Errorf("recent calls ~350 ms: lateAfter = %v, want the slow threshold (capped)", got)
 	}
 	// A provider answering in a millisecond: noise is not congestion.
-	fast := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	fast := newLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	fast.lateFactor = 1.5
 	succeed(fast, time.Millisecond, minTailSamples)
 	if got, want := fast.lateAfter(slow), slow/2; got != want {
@@ -157,7 +157,7 @@ func TestALongTailIsNotLate(t *testing.T) {
 			}, 270 * time.Millisecond},
 		} {
 			r := rand.New(rand.NewPCG(1, 2))
-			l := newAdaptiveLimiter(4, 1, 20, 0.5, 100*time.Millisecond, testLimiterMetrics())
+			l := newLimiter(4, 1, 20, 0.5, 100*time.Millisecond, testLimiterMetrics())
 			l.lateFactor = DefaultConfig().LimitLateFactor
 			late := 0
 			for i := range 2000 {
@@ -195,7 +195,7 @@ func TestFiftyCallsMakeNoPercentile(t *testing.T) {
 }
 
 func testFiftyCallsMakeNoPercentile(t *testing.T) {
-	l := newAdaptiveLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	l := newLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
 	l.lateFactor = 1.2
 	slow := time.Second
 	succeed(l, 600*time.Millisecond, 50)

@@ -24,9 +24,9 @@ const (
 	congested               // late, timed out or a transient error: a drop, for AIMD
 )
 
-// limiter bounds the calls in flight to one dependency. Its limit is either
-// fixed (the static bulkhead, min = max) or adapts between min and max by
-// additive increase, multiplicative decrease (AIMD). docs/design.md, "The
+// limiter bounds the calls in flight to one dependency. Its limit adapts
+// between min and max (min = max: a fixed bulkhead) by additive increase,
+// multiplicative decrease (AIMD). docs/design.md, "The
 // payment limit's rules", numbers the rules, with the scenario-matrix row
 // that gets worse without each; the comments below name them L1–L7 (L8 is
 // breaker.refusesNow).
@@ -41,7 +41,6 @@ const (
 // Waiters are served in FIFO order: a slot freed by a completing call, or
 // added by an increase, goes to the caller that has waited longest.
 type limiter struct {
-	adaptive bool
 	min, max int
 	backoff  float64
 	wait     time.Duration
@@ -93,20 +92,11 @@ type limiterMetrics struct {
 	rejected []prometheus.Counter
 }
 
-// newStaticLimiter is today's fixed bulkhead: size slots, never moved.
-func newStaticLimiter(size int, wait time.Duration, m limiterMetrics) *limiter {
-	return newLimiter(false, size, size, size, 1, wait, m)
-}
-
-// newAdaptiveLimiter starts at initial and moves between minLimit and
-// maxLimit by the rules above.
-func newAdaptiveLimiter(initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
-	return newLimiter(true, initial, minLimit, maxLimit, backoff, wait, m)
-}
-
-func newLimiter(adaptive bool, initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
+// newLimiter starts at initial and moves between minLimit and maxLimit by
+// the rules above.
+func newLimiter(initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
 	l := &limiter{
-		adaptive: adaptive, min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
+		min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
 		limit: initial, limitGauge: m.limit, inUse: m.inUse, rejected: m.rejected,
 	}
 	l.limitGauge.Set(float64(initial))
@@ -201,10 +191,10 @@ func (l *limiter) acquireProbe(ctx context.Context, probe func() bool) (over boo
 
 // probeWait is how long until a call that is not a breaker's probe may go
 // over a limit full of held slots, or -1 when nothing of the kind holds
-// calls back (not full of held slots, a call already over, or static).
+// calls back (not full of held slots, or a call already over).
 // Call it with l.mu held.
 func (l *limiter) probeWait(now time.Time) time.Duration {
-	if !l.adaptive || len(l.held) < l.limit || l.inFlight < l.limit {
+	if len(l.held) < l.limit || l.inFlight < l.limit {
 		l.fullSince = time.Time{}
 		return -1
 	}
@@ -299,7 +289,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 			l.held = slices.Delete(l.held, i, i+1)
 			l.holding.Store(int32(len(l.held)))
 		}
-		if l.adaptive && l.limit > l.max {
+		if l.limit > l.max {
 			l.limit = l.max
 			l.limitGauge.Set(float64(l.limit))
 		}
@@ -335,9 +325,6 @@ func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 // grow applies this process's: a limit full of held slots is lifted above
 // them, and refusals are no longer the dependency's doing (heldRefuses).
 func (l *limiter) recovered() {
-	if !l.adaptive {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.healthyAt = time.Now()
@@ -379,8 +366,8 @@ func (l *limiter) heldRefuses() bool {
 // congestion signal sent before the breaker's slow threshold: lateFactor ×
 // the 99th percentile of recent successful calls, kept between half the
 // slow threshold and it. Judged against what this dependency's healthy
-// calls take, a long tail is not congestion. Before minTailSamples calls,
-// or outside the adaptive limit, it is slow.
+// calls take, a long tail is not congestion. Before minTailSamples calls
+// it is slow.
 //
 // While slots are held it is slow too (L6), except for a background limit
 // (yields): a provider still working on calls given up on in a hang is
@@ -390,7 +377,7 @@ func (l *limiter) heldRefuses() bool {
 // limit's late calls are how the backlog gives way to them.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	p99 := l.tail.percentile99()
-	if !l.adaptive || l.lateFactor <= 0 || p99 == 0 || (l.holding.Load() > 0 && !l.yields) {
+	if l.lateFactor <= 0 || p99 == 0 || (l.holding.Load() > 0 && !l.yields) {
 		return slow
 	}
 	return min(max(time.Duration(float64(p99)*l.lateFactor), slow/2), slow)
@@ -408,9 +395,6 @@ func (l *limiter) returned(sent time.Time, ok bool) {
 // congested applies the signal of a call still in flight, from its timer
 // the moment it is late.
 func (l *limiter) congested() {
-	if !l.adaptive {
-		return
-	}
 	l.mu.Lock()
 	if l.adapt(congested) {
 		l.limitGauge.Set(float64(l.limit))
@@ -421,9 +405,6 @@ func (l *limiter) congested() {
 // adapt moves the limit for signal s (L1) and reports whether it changed.
 // Call it with l.mu held, the signalling call still counted in flight.
 func (l *limiter) adapt(s signal) bool {
-	if !l.adaptive {
-		return false
-	}
 	old := l.limit
 	switch s {
 	case healthy:

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -426,7 +427,7 @@ func (b bundle) expectRejected(t *testing.T, want map[string]float64) {
 func TestStaticLimitNeverMoves(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.Limit, c.BulkheadSize = LimitStatic, 6 })
+		b := setup(t, func(c *Config) { c.LimitInitial, c.LimitMin, c.LimitMax = 6, 6, 6 })
 		pr := &provider{latency: healthyLatency}
 		_, stop := b.load(t, pr, 80)
 		advance(time.Second)
@@ -458,17 +459,12 @@ func TestLimiterAcquire(t *testing.T) {
 		{"the caller gives up while waiting", 50 * time.Millisecond, 0, 10 * time.Millisecond, context.Canceled, 10 * time.Millisecond},
 	}
 	for _, tt := range tests {
-		for _, kind := range []LimitKind{LimitStatic, LimitAdaptive} {
-			t.Run(kind.String()+"/"+tt.name, func(t *testing.T) {
+		for _, maxLimit := range []int{1, 10} {
+			t.Run(fmt.Sprintf("max %d/%s", maxLimit, tt.name), func(t *testing.T) {
 				t.Parallel()
 				synctest.Test(t, func(t *testing.T) {
 					m := testLimiterMetrics()
-					var l *limiter
-					if kind == LimitStatic {
-						l = newStaticLimiter(1, tt.wait, m)
-					} else {
-						l = newAdaptiveLimiter(1, 1, 10, 0.5, tt.wait, m)
-					}
+					l := newLimiter(1, 1, maxLimit, 0.5, tt.wait, m)
 					if err := l.acquire(context.Background()); err != nil {
 						t.Fatalf("first acquire = %v, want nil", err)
 					}
@@ -514,7 +510,7 @@ func TestLimiterAcquire(t *testing.T) {
 func TestLimiterServesWaitersInOrder(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		l := newStaticLimiter(1, time.Second, testLimiterMetrics())
+		l := newLimiter(1, 1, 1, 0.5, time.Second, testLimiterMetrics())
 		if err := l.acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -71,11 +71,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"name", "outcome"}),
 		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "resilience_concurrency_limit",
-			Help: "Calls the concurrency limit lets run at once: the adaptive limit's current value, or the static bulkhead's size.",
+			Help: "Calls the concurrency limit lets run at once: the limit's current value.",
 		}, []string{"name"}),
 		bulkheadInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "resilience_bulkhead_in_use",
-			Help: "Calls in flight, each holding a slot of the concurrency limit (adaptive or static).",
+			Help: "Calls in flight, each holding a slot of the concurrency limit.",
 		}, []string{"name"}),
 		bulkheadRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "resilience_bulkhead_rejected_total",

@@ -120,14 +120,10 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 	if cfg.Mode == ModeProtected {
 		p.breaker = newBreaker(name, cfg, m, p.log, p.rnd)
 		lm := m.limiterMetrics(name)
-		if cfg.Limit == LimitStatic {
-			p.limit = newStaticLimiter(cfg.BulkheadSize, cfg.BulkheadWait, lm)
-		} else {
-			p.limit = newAdaptiveLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
-			p.limit.lateFactor = cfg.LimitLateFactor
-			p.limit.yields = cfg.Background
-			p.limit.probeEvery = cfg.OpenDuration
-		}
+		p.limit = newLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
+		p.limit.lateFactor = cfg.LimitLateFactor
+		p.limit.yields = cfg.Background
+		p.limit.probeEvery = cfg.OpenDuration
 		p.breaker.limit = p.limit
 		if cfg.Rate > 0 {
 			p.pace = rate.NewLimiter(rate.Limit(cfg.Rate), 1)

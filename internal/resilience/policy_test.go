@@ -209,7 +209,7 @@ func TestCallerCancellationIsExcluded(t *testing.T) {
 func TestBulkheadFullThroughPolicy(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) { c.WindowSize, c.MinCalls, c.Limit, c.BulkheadSize = 1, 1, LimitStatic, 1 })
+		b := setup(t, func(c *Config) { c.WindowSize, c.MinCalls, c.LimitInitial, c.LimitMin, c.LimitMax = 1, 1, 1, 1, 1 })
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { _, _ = Do(ctx, b.p, hang.call) }()
 		synctest.Wait()
