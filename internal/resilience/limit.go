@@ -75,7 +75,7 @@ type limiter struct {
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
-	rejected   []prometheus.Counter // ErrBulkheadFull, counted on each
+	rejected   prometheus.Counter // ErrBulkheadFull
 }
 
 // waiter is one caller queued for a slot. grant closes ready with granted
@@ -89,7 +89,7 @@ type waiter struct {
 type limiterMetrics struct {
 	limit    prometheus.Gauge
 	inUse    prometheus.Gauge
-	rejected []prometheus.Counter
+	rejected prometheus.Counter
 }
 
 // newLimiter starts at initial and moves between minLimit and maxLimit by
@@ -232,9 +232,7 @@ func (l *limiter) takeFree() bool {
 }
 
 func (l *limiter) reject() error {
-	for _, c := range l.rejected {
-		c.Inc()
-	}
+	l.rejected.Inc()
 	return ErrBulkheadFull
 }
 

@@ -496,10 +496,8 @@ func TestLimiterAcquire(t *testing.T) {
 					if errors.Is(tt.wantErr, ErrBulkheadFull) {
 						wantRejected = 1
 					}
-					for _, c := range m.rejected {
-						if got := counterValue(t, c); got != wantRejected {
-							t.Errorf("rejected = %v, want %v", got, wantRejected)
-						}
+					if got := counterValue(t, m.rejected); got != wantRejected {
+						t.Errorf("rejected = %v, want %v", got, wantRejected)
 					}
 				})
 			})
@@ -542,9 +540,6 @@ func testLimiterMetrics() limiterMetrics {
 	return limiterMetrics{
 		limit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "limit"}),
 		inUse: prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_use"}),
-		rejected: []prometheus.Counter{
-			prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected"}),
-			prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected_by_reason"}),
-		},
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected"}),
 	}
 }

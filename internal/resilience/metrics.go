@@ -20,7 +20,6 @@ type Metrics struct {
 	calls              *prometheus.CounterVec
 	limit              *prometheus.GaugeVec
 	bulkheadInUse      *prometheus.GaugeVec
-	bulkheadRejected   *prometheus.CounterVec
 	rejected           *prometheus.CounterVec
 	retryAttempts      *prometheus.CounterVec
 	retryBackoff       *prometheus.HistogramVec
@@ -77,10 +76,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "resilience_bulkhead_in_use",
 			Help: "Calls in flight, each holding a slot of the concurrency limit.",
 		}, []string{"name"}),
-		bulkheadRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "resilience_bulkhead_rejected_total",
-			Help: "Calls rejected because the concurrency limit stayed reached for its whole wait (resilience_rejected_total{reason=\"limit\"}).",
-		}, []string{"name"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "resilience_rejected_total",
 			Help: "Calls refused without being made, by reason: breaker_open, breaker_half_open (probes in flight), limit (the concurrency limit stayed reached for its whole wait).",
@@ -100,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
-		m.breakerState, m.breakerTransitions, m.breakerSource, m.breakerImposed, m.breakerEffective, m.calls, m.limit, m.bulkheadInUse, m.bulkheadRejected,
+		m.breakerState, m.breakerTransitions, m.breakerSource, m.breakerImposed, m.breakerEffective, m.calls, m.limit, m.bulkheadInUse,
 		m.rejected, m.retryAttempts, m.retryBackoff,
 	} {
 		errs = append(errs, reg.Register(c))
@@ -137,10 +132,7 @@ func (m *Metrics) limiterMetrics(name string) limiterMetrics {
 	return limiterMetrics{
 		limit: m.limit.WithLabelValues(name),
 		inUse: m.bulkheadInUse.WithLabelValues(name),
-		rejected: []prometheus.Counter{
-			m.bulkheadRejected.WithLabelValues(name),
-			m.rejected.WithLabelValues(name, reasonLimit),
-		},
+		rejected: m.rejected.WithLabelValues(name, reasonLimit),
 	}
 }
 

@@ -53,7 +53,6 @@ var Owners = map[string][]string{
 		"resilience_calls_total",
 		"resilience_concurrency_limit",
 		"resilience_bulkhead_in_use",
-		"resilience_bulkhead_rejected_total",
 		"resilience_rejected_total",
 		"resilience_retry_attempts_total",
 		"resilience_retry_backoff_seconds",

@@ -46,7 +46,7 @@ func TestDashboard(t *testing.T) {
 	// The panels the dashboard must have, by the metric each must query.
 	for _, want := range []string{
 		"resilience_breaker_state", "resilience_calls_total", "resilience_bulkhead_in_use",
-		"resilience_bulkhead_rejected_total", "http_pool_in_use", "http_pool_rejected_total",
+		"http_pool_in_use", "http_pool_rejected_total",
 		"http_request_duration_seconds_bucket", "http_request_duration_seconds_count",
 		"checkout_unsettled_orders", "checkout_unsettled_order_oldest_age_seconds",
 		"paymentsim_charge_requests_in_flight", "checkout_charge_jobs_total",
