@@ -21,7 +21,6 @@ func TestLoadConfigReadsTheCatalogBreaker(t *testing.T) {
 		"CATALOG_BREAKER_SLOW_CALL_RATE":      "0.75",
 		"CATALOG_BREAKER_OPEN_DURATION":       "2s",
 		"CATALOG_BREAKER_OPEN_JITTER":         "50ms",
-		"CATALOG_BREAKER_OPEN_MAX":            "30s",
 		"CATALOG_BREAKER_HALF_OPEN_PROBES":    "2",
 	}
 	cfg, err := loadConfig(func(k string) string { return env[k] })
@@ -30,7 +29,7 @@ func TestLoadConfigReadsTheCatalogBreaker(t *testing.T) {
 	}
 	got, want := cfg.Catalog.Resilience, catalog.DefaultConfig().Resilience
 	want.WindowSize, want.MinCalls, want.FailureRate, want.SlowCallThreshold, want.SlowCallRate = 20, 5, 0.25, 150*time.Millisecond, 0.75
-	want.OpenDuration, want.OpenJitter, want.OpenMax, want.HalfOpenProbes = 2*time.Second, 50*time.Millisecond, 30*time.Second, 2
+	want.OpenDuration, want.OpenJitter, want.HalfOpenProbes = 2*time.Second, 50*time.Millisecond, 2
 	if got != want {
 		t.Errorf("catalog policy:\n got %+v\nwant %+v", got, want)
 	}

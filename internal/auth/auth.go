@@ -71,7 +71,6 @@ func DefaultConfig() Config {
 	r.SlowCallThreshold = 1500 * time.Millisecond
 	r.WindowSize, r.MinCalls = 4, 2
 	r.OpenDuration = 5 * time.Second
-	r.OpenMax = 30 * time.Second
 	r.AbandonedHold = 0 // an issuer serves a static document; an abandoned fetch costs it nothing
 	r.LimitInitial, r.LimitMin, r.LimitMax = 2, 2, 2
 	return Config{CustomerClaim: "sub", Refresh: 5 * time.Minute, MinRefetch: 5 * time.Second, Resilience: r}

@@ -25,7 +25,6 @@ func (r *Reader) Resilience(d resilience.Config) resilience.Config {
 	c.SlowCallRate = r.Float("BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
 	c.OpenDuration = r.Duration("BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
 	c.OpenJitter = r.Duration("BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
-	c.OpenMax = r.Duration("BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
 	c.AbandonedHold = r.Duration("PAYMENT_ABANDONED_HOLD", d.AbandonedHold, 0, time.Hour)
 	c.HalfOpenProbes = r.Int("BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
 	c.BulkheadWait = r.Duration("PAYMENT_BULKHEAD_WAIT", d.BulkheadWait, 0, time.Minute)
@@ -79,7 +78,6 @@ func (r *Reader) CatalogBreaker(d resilience.Config) resilience.Config {
 	d.SlowCallRate = r.Float("CATALOG_BREAKER_SLOW_CALL_RATE", d.SlowCallRate, 0.01, 1)
 	d.OpenDuration = r.Duration("CATALOG_BREAKER_OPEN_DURATION", d.OpenDuration, time.Millisecond, time.Hour)
 	d.OpenJitter = r.Duration("CATALOG_BREAKER_OPEN_JITTER", d.OpenJitter, 0, time.Hour)
-	d.OpenMax = r.Duration("CATALOG_BREAKER_OPEN_MAX", d.OpenMax, 0, 24*time.Hour)
 	d.HalfOpenProbes = r.Int("CATALOG_BREAKER_HALF_OPEN_PROBES", d.HalfOpenProbes, 1, 1000)
 	return d
 }

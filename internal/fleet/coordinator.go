@@ -545,13 +545,7 @@ func (c *Coordinator) handle(ctx context.Context, events []resilience.Event) err
 		case resilience.EventProbeSucceeded:
 			changed, err = write(wctx, c.pool, probeSucceeded, c.dependency, c.opts.Identity)
 		case resilience.EventProbeFailed:
-			// Only a probe that hung makes the wait longer: see
-			// Event.Hung. The row counts every failed probe, so after
-			// fast failures a hung probe's wait starts where they left it.
-			d := c.policy.BreakDuration(0)
-			if ev.Hung {
-				d = c.policy.BreakDuration(c.last.FailedProbes)
-			}
+			d := c.policy.BreakDuration()
 			changed, err = write(wctx, c.pool, probeFailed, c.dependency, c.opts.Identity, secs(d))
 		}
 		cancel()

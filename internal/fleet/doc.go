@@ -58,8 +58,7 @@
 //     HalfOpenProbes calls; every other process keeps refusing
 //     (ErrTooManyRequests) until the verdict or the lease's end. All
 //     probes succeed → closed, everywhere. One fails → open again for
-//     BreakDuration(failed_probes+1): longer after each failed probe,
-//     capped and jittered, so a long outage costs few probes.
+//     the prober's BreakDuration (the open duration, jittered).
 //   - forced_open: every call refused until until, or until cleared.
 //
 // # Only an operator keeps a dependency open

@@ -63,11 +63,9 @@ type breaker struct {
 	winStale atomic.Bool
 
 	// openUntil is when the open state ends, as an offset from epoch (a
-	// monotonic reading); 0 once the breaker has closed. It may lie past
-	// gobreaker's fixed Timeout (probes that hung grow the open state), so
-	// allow refuses calls until then itself. OnStateChange writes it under
-	// gobreaker's lock; the call path and RetryAfter read it without
-	// locks, hence the atomic.
+	// monotonic reading); 0 once the breaker has closed. OnStateChange
+	// writes it under gobreaker's lock; RetryAfter and refusesNow read it
+	// without locks, hence the atomic.
 	epoch     time.Time
 	openUntil atomic.Int64
 
@@ -80,13 +78,6 @@ type breaker struct {
 	// demand counts calls asked of the breaker, admitted or not, so a
 	// coordinator can tell a process with traffic from an idle one.
 	demand atomic.Int64
-	// hungProbes counts failed half-open probes in a row that hung (were
-	// reported slow), and lastSlow whether the latest outcome gobreaker
-	// counted was a slow call; both under gobreaker's lock.
-	hungProbes int
-	lastSlow   bool
-	cfg        Config
-	rnd        func(int64) int64
 
 	calls callCounters
 	// limit hears of each call still in flight when it is late (see
@@ -120,8 +111,6 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		imposed:     m.breakerImposed,
 		sourceGauge: m.breakerSource,
 		events:      newEventQueue(),
-		cfg:         cfg,
-		rnd:         rnd,
 		name:        name,
 		log:         log,
 	}
@@ -166,7 +155,6 @@ func (b *breaker) record(err error) bool {
 	if b.winStale.CompareAndSwap(true, false) {
 		b.win.reset()
 	}
-	b.lastSlow = errors.Is(err, errReportSlow)
 	switch {
 	case err == nil:
 		b.win.add(succeeded)
@@ -186,27 +174,11 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	now := time.Now()
 	cause := b.win
 	b.win.reset()
-	openFor := b.openFor
-	switch {
-	case to == gobreaker.StateOpen && from == gobreaker.StateHalfOpen && b.lastSlow:
-		// A probe that hung: the dependency holds it, so the next one
-		// waits longer (breakAfterHung), and a long hang costs few
-		// probes. gobreaker's Timeout is fixed, so the longer part is
-		// refused by allow, before gobreaker.
-		b.hungProbes++
-		openFor = max(openFor, breakAfterHung(b.cfg, b.hungProbes, b.rnd))
-	case to == gobreaker.StateClosed:
-		b.hungProbes = 0
-	}
 	switch to {
 	case gobreaker.StateOpen:
-		b.openUntil.Store(int64(now.Sub(b.epoch) + openFor))
-		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: openFor})
-	case gobreaker.StateHalfOpen:
-		// gobreaker moves to half-open after its fixed Timeout, also when
-		// only asked for its state; an open state grown past that still
-		// refuses calls in allow until openUntil.
-	default:
+		b.openUntil.Store(int64(now.Sub(b.epoch) + b.openFor))
+		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: b.openFor})
+	case gobreaker.StateClosed:
 		b.openUntil.Store(0)
 	}
 	b.stateGauge.Set(float64(to))
@@ -222,19 +194,13 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 		slog.Int("window_calls", cause.calls),
 		slog.Int("window_failures", cause.failures),
 		slog.Int("window_slow", cause.slow),
-		slog.Duration("open_for", openFor),
+		slog.Duration("open_for", b.openFor),
 	)
 }
 
 // state asks gobreaker, which also moves an expired open state to
-// half-open; an open state grown past gobreaker's Timeout is still open.
-func (b *breaker) state() State {
-	s := State(b.cb.State())
-	if s == StateHalfOpen && b.now() < time.Duration(b.openUntil.Load()) {
-		return StateOpen
-	}
-	return s
-}
+// half-open.
+func (b *breaker) state() State { return State(b.cb.State()) }
 
 // effectiveState is the state calls meet: an imposed state while it holds
 // (open for its open part, half-open while only the fleet's probes may
@@ -280,9 +246,8 @@ func (b *breaker) retryAfter(answerWithin time.Duration) time.Duration {
 // allow asks gobreaker to admit a call. The tracker it returns must be
 // finished exactly once (finish or reject).
 //
-// Before gobreaker, two atomic reads: the state a fleet coordinator imposed,
-// and the local open state's growth past gobreaker's Timeout. Neither
-// touches a store.
+// Before gobreaker, one atomic read: the state a fleet coordinator
+// imposed. It touches no store.
 func (b *breaker) allow() (*call, error) {
 	b.demand.Add(1)
 	var probe *gate
@@ -295,9 +260,6 @@ func (b *breaker) allow() (*call, error) {
 		if isProbe {
 			probe = g
 		}
-	}
-	if until := b.openUntil.Load(); until != 0 && probe == nil && b.now() < time.Duration(until) {
-		return nil, b.rejected(ErrOpen)
 	}
 	done, err := b.cb.Allow()
 	if err != nil {
@@ -438,7 +400,7 @@ func (c *call) onTimer() {
 	b.calls.slow.Inc()
 	c.done(errReportSlow)
 	if c.probe != nil {
-		b.probeDone(c.probe, probeHung)
+		b.probeDone(c.probe, probeFailed)
 	}
 	if !limitHeard {
 		b.late()

@@ -82,10 +82,6 @@ type Config struct {
 	// construction, so replicas that opened together don't probe together.
 	OpenDuration time.Duration
 	OpenJitter   time.Duration
-	// OpenMax caps the open state's growth after failed probes: each
-	// consecutive failed probe doubles it, up to OpenMax (see
-	// BreakDuration). OpenMax at or below OpenDuration turns growth off.
-	OpenMax time.Duration
 	// AbandonedHold is how long a call the stack gave up on (its attempt
 	// timed out, or its caller left) is assumed to stay with the
 	// dependency: its slot of the concurrency limit stays taken until that
@@ -132,41 +128,15 @@ type Config struct {
 	Rate float64
 }
 
-// BreakDuration is how long the breaker stays open after failedProbes
-// consecutive failed probes, Polly's break-duration generator in small:
-// OpenDuration plus up to OpenJitter for the first opening (failedProbes
-// 0); after that OpenDuration·2^failedProbes, capped at OpenMax, of which
-// the last quarter is random, so processes whose probes failed together
-// do not probe together next time. rnd returns a uniform int64 in [0, n).
-func (c Config) BreakDuration(failedProbes int, rnd func(int64) int64) time.Duration {
-	if failedProbes <= 0 || c.OpenMax <= c.OpenDuration {
-		d := c.OpenDuration
-		if c.OpenJitter > 0 {
-			d += time.Duration(rnd(int64(c.OpenJitter)))
-		}
-		return d
+// BreakDuration is how long the breaker stays open: OpenDuration plus up
+// to OpenJitter, so processes that opened or failed a probe together do
+// not probe together next time. rnd returns a uniform int64 in [0, n).
+func (c Config) BreakDuration(rnd func(int64) int64) time.Duration {
+	d := c.OpenDuration
+	if c.OpenJitter > 0 {
+		d += time.Duration(rnd(int64(c.OpenJitter)))
 	}
-	ceiling := c.OpenDuration
-	for i := 0; i < failedProbes && ceiling < c.OpenMax; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, c.OpenMax)
-	quarter := ceiling / 4
-	if quarter <= 0 {
-		return ceiling
-	}
-	return ceiling - quarter + time.Duration(rnd(int64(quarter)))
-}
-
-// breakAfterHung is how long the breaker stays open after hung
-// consecutive probes that hung: the normal open state after the first, so
-// a provider that recovers right after it is found one open state later,
-// then BreakDuration(hung-1), doubling. A probe answered with a fast
-// failure (a 503, a refused connection) costs the dependency nothing to
-// speak of and never makes the next wait longer: a provider that answers
-// again is noticed within one open state, however long it was down.
-func breakAfterHung(c Config, hung int, rnd func(int64) int64) time.Duration {
-	return c.BreakDuration(hung-1, rnd)
+	return d
 }
 
 // MaxConcurrency is the most calls the policy ever lets run at once: the
@@ -207,10 +177,6 @@ func DefaultConfig() Config {
 		// A fifth of the open duration spreads replicas' probes without
 		// keeping a recovered provider waiting much longer.
 		OpenJitter: 200 * time.Millisecond,
-		// Doubling from 1 s after each hung probe: a ten-minute outage is
-		// probed about 60 times instead of 500, and a recovered provider is
-		// found within 10 s.
-		OpenMax: 10 * time.Second,
 		// How long a provider may keep working on a call we gave up on: its
 		// own request timeout, if it publishes one. paymentsim's hang lasts
 		// 10 s, as the seed outage's does.
@@ -260,7 +226,6 @@ func (c Config) Validate() error {
 	check(c.SlowCallThreshold > 0, "SlowCallThreshold %v must be positive", c.SlowCallThreshold)
 	check(c.OpenDuration > 0, "OpenDuration %v must be positive", c.OpenDuration)
 	check(c.OpenJitter >= 0, "OpenJitter %v must not be negative", c.OpenJitter)
-	check(c.OpenMax >= 0, "OpenMax %v must not be negative", c.OpenMax)
 	check(c.AbandonedHold >= 0, "AbandonedHold %v must not be negative", c.AbandonedHold)
 	check(c.HalfOpenProbes >= 1 && c.HalfOpenProbes <= math.MaxUint32,
 		"HalfOpenProbes %d must be at least 1", c.HalfOpenProbes)

@@ -84,10 +84,6 @@ type Event struct {
 	Kind    EventKind
 	At      time.Time
 	OpenFor time.Duration // EventOpened: how long the local breaker stays open
-	// Hung (EventProbeFailed): the probe ran past the slow threshold, so
-	// the dependency may hold it; only such failures make the next open
-	// state longer (Policy.BreakDuration).
-	Hung bool
 }
 
 // Events returns a channel that receives a value whenever events are
@@ -158,12 +154,9 @@ func (p *Policy) HalfOpenProbes() int { return p.cfg.HalfOpenProbes }
 // probe lease first.
 func (p *Policy) Background() bool { return p.cfg.Background }
 
-// BreakDuration is how long the breaker stays open after failedProbes
-// consecutive failed probes (see Config.BreakDuration), with this policy's
-// jitter.
-func (p *Policy) BreakDuration(failedProbes int) time.Duration {
-	return p.cfg.BreakDuration(failedProbes, p.rnd)
-}
+// BreakDuration is how long the breaker stays open after a failed probe
+// (see Config.BreakDuration), with this policy's jitter.
+func (p *Policy) BreakDuration() time.Duration { return p.cfg.BreakDuration(p.rnd) }
 
 // gate is an imposed state as the per-call path reads it: deadlines as
 // offsets from the breaker's epoch (monotonic), and the probes' bookkeeping.
@@ -283,12 +276,12 @@ func (b *breaker) probeDone(g *gate, o probeOutcome) {
 			b.released(g)
 		}
 		b.events.push(Event{Kind: EventProbeSucceeded, At: time.Now()})
-	case probeFailed, probeHung:
+	case probeFailed:
 		if !g.verdict.CompareAndSwap(false, true) {
 			return
 		}
 		g.permits.Store(0)
-		b.events.push(Event{Kind: EventProbeFailed, At: time.Now(), Hung: o == probeHung})
+		b.events.push(Event{Kind: EventProbeFailed, At: time.Now()})
 	}
 }
 
@@ -298,7 +291,6 @@ const (
 	probeExcluded probeOutcome = iota
 	probeSucceeded
 	probeFailed
-	probeHung // failed by running past the slow threshold
 )
 
 // eventQueue hands events from under gobreaker's lock (or a timer

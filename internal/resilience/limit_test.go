@@ -538,8 +538,8 @@ func TestLimiterServesWaitersInOrder(t *testing.T) {
 
 func testLimiterMetrics() limiterMetrics {
 	return limiterMetrics{
-		limit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "limit"}),
-		inUse: prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_use"}),
+		limit:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "limit"}),
+		inUse:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_use"}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected"}),
 	}
 }

@@ -130,8 +130,8 @@ func (m *Metrics) callCounters(name string) callCounters {
 // limiterMetrics looks up one policy's children of the limit's collectors.
 func (m *Metrics) limiterMetrics(name string) limiterMetrics {
 	return limiterMetrics{
-		limit: m.limit.WithLabelValues(name),
-		inUse: m.bulkheadInUse.WithLabelValues(name),
+		limit:    m.limit.WithLabelValues(name),
+		inUse:    m.bulkheadInUse.WithLabelValues(name),
 		rejected: m.rejected.WithLabelValues(name, reasonLimit),
 	}
 }
