@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -93,6 +94,10 @@ type failoverRun struct {
 	answers            []failoverAnswer
 	killed, promoted   time.Time
 	firstNewPrimary201 time.Time // the first 201 sent after the promotion
+	// late counts by order id the charges that appeared in the provider's
+	// list over a second after they were created (see watchList); with lag
+	// only.
+	late map[string]int
 }
 
 type failoverAnswer struct {
@@ -153,8 +158,11 @@ func TestFailoverToALaggingAsynchronousStandbyIsReconciled(t *testing.T) {
 		}
 	}
 	want := len(orphans)
-	late := lateCharges(t, sim.URL, orphans)
-	t.Logf("%d orphan charges, %d of them listed after a charge created later (their requests took 2 s)", want, late)
+	late := 0
+	for ref := range orphans {
+		late += run.late[ref]
+	}
+	t.Logf("%d orphan charges, %d of them listed over a second after they were created (their requests took 2 s)", want, late)
 	if late == 0 {
 		t.Fatal("no orphan charge appeared late in the provider's list: the scenario proves nothing about late charges")
 	}
@@ -186,43 +194,117 @@ func TestFailoverToALaggingAsynchronousStandbyIsReconciled(t *testing.T) {
 // runs.
 const ledgerInterval = 10 * time.Second
 
-// lateCharges counts the charges for refs that the provider's list, in the
-// order charges were recorded, gives after a charge created later.
-func lateCharges(t *testing.T, simURL string, refs map[string]bool) int {
+// watchList polls the provider's PaymentIntents list (those created since
+// since) every 100 ms until stop is called, and counts by order id the
+// intents that appeared in it over a second after they were created: a poll
+// sent a second after the end of an intent's creation second (Stripe's
+// created is in whole seconds) did not list it, a later one did. Those are
+// charges the provider worked on for long; they appear after charges created
+// later, and the ledger walk must not miss them. Stripe's list is in order of
+// creation, so appearing late shows only to a reader who watches it grow.
+// Polls do not wait for each other, so a fault that slows the list does not
+// slow the watch.
+func watchList(t *testing.T, simURL string, since time.Time) (stop func() (late map[string]int)) {
 	t.Helper()
+	type poll struct {
+		sent   time.Time
+		listed map[string]bool
+	}
 	var (
-		newest time.Time
-		late   int
+		mu      sync.Mutex
+		polls   []poll
+		intents = map[string]listedIntent{}
+		wg      sync.WaitGroup
 	)
+	ctx, cancel := context.WithCancel(context.Background())
+	ticking := make(chan struct{})
+	go func() {
+		defer close(ticking)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			wg.Go(func() {
+				p := poll{sent: time.Now(), listed: map[string]bool{}}
+				listed, err := listSince(ctx, simURL, since)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("watch the provider's list: %v", err)
+					}
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, pi := range listed {
+					p.listed[pi.ID] = true
+					intents[pi.ID] = pi
+				}
+				polls = append(polls, p)
+			})
+		}
+	}()
+	return func() map[string]int {
+		cancel()
+		<-ticking
+		wg.Wait()
+		late := map[string]int{}
+		for id, pi := range intents {
+			overdue := time.Unix(pi.Created+2, 0)
+			for _, p := range polls {
+				if !p.sent.Before(overdue) && !p.listed[id] {
+					late[pi.Metadata["order_id"]]++
+					break
+				}
+			}
+		}
+		return late
+	}
+}
+
+// listedIntent is a PaymentIntent of the provider's list, as watchList reads it.
+type listedIntent struct {
+	ID       string            `json:"id"`
+	Created  int64             `json:"created"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// listSince walks the provider's PaymentIntents list from the newest to
+// those created in since's second.
+func listSince(ctx context.Context, simURL string, since time.Time) ([]listedIntent, error) {
+	var all []listedIntent
 	for after := ""; ; {
-		resp, err := http.Get(simURL + "/v1/charges?limit=100&starting_after=" + after)
+		query := url.Values{"created[gte]": {strconv.FormatInt(since.Unix(), 10)}, "limit": {"100"}}
+		if after != "" {
+			query.Set("starting_after", after)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, simURL+"/v1/payment_intents?"+query.Encode(), nil)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer sk_test_failover")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return all, err
 		}
 		var page struct {
-			Data []struct {
-				ID        string    `json:"id"`
-				Reference string    `json:"reference"`
-				Created   time.Time `json:"created"`
-			} `json:"data"`
-			HasMore bool `json:"has_more"`
+			Data    []listedIntent `json:"data"`
+			HasMore bool           `json:"has_more"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&page)
 		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return all, fmt.Errorf("list: status %d, %v", resp.StatusCode, err)
 		}
-		for _, ch := range page.Data {
-			if ch.Created.Before(newest) && refs[ch.Reference] {
-				late++
-			}
-			if ch.Created.After(newest) {
-				newest = ch.Created
-			}
-			after = ch.ID
+		for _, pi := range page.Data {
+			all = append(all, pi)
+			after = pi.ID
 		}
 		if !page.HasMore {
-			return late
+			return all, nil
 		}
 	}
 }
@@ -283,6 +365,10 @@ func runFailover(t *testing.T, primary, standby *cluster, db *pgxpool.Pool, lag 
 		wg sync.WaitGroup
 	)
 	start := time.Now()
+	if lag {
+		stopWatch := watchList(t, sim.URL, start)
+		defer func() { run.late = stopWatch() }()
+	}
 	faults := make(chan struct{})
 	go func() {
 		defer close(faults)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,22 +25,35 @@ func TestChargeThroughRun(t *testing.T) {
 		"PAYMENTSIM_LATENCY":     "0s",
 		"PAYMENTSIM_ADMIN_TOKEN": "s3cret",
 	})
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/charges",
-		strings.NewReader(`{"amount":100,"currency":"USD","payment_method":"pm_card_visa","reference":"r1"}`))
+	form := "amount=100&currency=usd&payment_method=pm_card_visa&confirm=true&metadata[order_id]=r1"
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.URL+"/v1/payment_intents", strings.NewReader(form))
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer sk_test_main")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Idempotency-Key", "order-r1")
-	if got, want := simulatortest.Status(t, req), http.StatusCreated; got != want {
-		t.Errorf("POST /v1/charges: got %d, want %d", got, want)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pi struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&pi)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || pi.Status != "succeeded" {
+		t.Fatalf("POST /v1/payment_intents: got %d, status %q (%v); want 200 and a succeeded PaymentIntent", resp.StatusCode, pi.Status, err)
 	}
 
-	lookup, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL+"/v1/charges?reference=r1", nil)
+	retrieve, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL+"/v1/payment_intents/"+pi.ID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := simulatortest.Status(t, lookup), http.StatusOK; got != want {
-		t.Errorf("GET /v1/charges?reference=r1: got %d, want %d", got, want)
+	retrieve.Header.Set("Authorization", "Bearer sk_test_main")
+	if got, want := simulatortest.Status(t, retrieve), http.StatusOK; got != want {
+		t.Errorf("GET /v1/payment_intents/%s: got %d, want %d", pi.ID, got, want)
 	}
 
 	simulatortest.AdminNeedsToken(t, p.URL, "s3cret")

@@ -30,8 +30,8 @@ type Evidence struct {
 	Orders    map[string]Order  // by id: every row of the orders table
 	Keys      map[string]string // Idempotency-Key → order id, from idempotency_keys
 	Stats     Stats             // the provider's ledger
-	// Charges is the provider's lookup for every order id and every
-	// reference the ledger names.
+	// Charges are the charges in the provider's PaymentIntents list, by
+	// order id.
 	Charges map[string][]Charge
 	// Failovers are the soak's failovers, in the load's time.
 	Failovers []FailoverTimes
@@ -318,7 +318,7 @@ func answerStatus(answer []byte) string {
 	return a.Status
 }
 
-// auditOrders checks every row against its key and the provider's lookup.
+// auditOrders checks every row against its key and the provider's list.
 func (r *Report) auditOrders(ev Evidence) {
 	keyed := make(map[string]int, len(ev.Keys))
 	for _, key := range slices.Sorted(maps.Keys(ev.Keys)) {

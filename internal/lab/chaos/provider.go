@@ -3,19 +3,18 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 )
 
-// Provider speaks the simulator's admin API and the provider's lookup. It is
-// a client of its own, sharing no types with paymentsim: the soak treats the
-// provider as an outside system, as checkout does.
+// Provider speaks the simulator's admin API and reads the provider's
+// PaymentIntents list. It is a client of its own, sharing no types with
+// paymentsim: the soak treats the provider as an outside system, as checkout
+// does.
 type Provider struct {
 	URL    string
 	client *http.Client
@@ -23,15 +22,12 @@ type Provider struct {
 
 // NewProvider returns a client of the simulator at baseURL.
 func NewProvider(baseURL string) *Provider {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = lookupConcurrency
-	return &Provider{URL: baseURL, client: &http.Client{Transport: t, Timeout: 5 * time.Second}}
+	return &Provider{URL: baseURL, client: &http.Client{Timeout: 5 * time.Second}}
 }
 
-// lookupConcurrency is how many lookups the audit runs at once: each takes
-// the simulator's processing latency (200 ms by default), and a soak's
-// thousands of orders should be audited in seconds.
-const lookupConcurrency = 64
+// secretKey is the test key the audit reads the list with: the simulator
+// takes any.
+const secretKey = "sk_test_chaos"
 
 // Stats is the part of GET /admin/stats the audit reads.
 type Stats struct {
@@ -43,13 +39,13 @@ type Stats struct {
 	MaxInFlight         int            `json:"max_in_flight"`
 }
 
-// Charge is a successful charge as the provider's lookup lists it.
+// Charge is a successful charge as the provider's list shows it: a
+// succeeded PaymentIntent.
 type Charge struct {
-	ID        string `json:"id"`
-	Status    string `json:"status"`
-	Amount    int64  `json:"amount"`
-	Currency  string `json:"currency"`
-	Reference string `json:"reference"`
+	ID        string // the PaymentIntent's id, which a paid order stores
+	Amount    int64
+	Currency  string // upper case, as orders store it
+	Reference string // its metadata[order_id]
 }
 
 // Inject adds a fault (POST /admin/faults).
@@ -69,42 +65,42 @@ func (p *Provider) Stats(ctx context.Context) (Stats, error) {
 	return st, err
 }
 
-// Charges is the provider's lookup: its successful charges for reference.
-func (p *Provider) Charges(ctx context.Context, reference string) ([]Charge, error) {
-	var page struct {
-		Data []Charge `json:"data"`
-	}
-	err := p.do(ctx, http.MethodGet, "/v1/charges?reference="+url.QueryEscape(reference), "", http.StatusOK, &page)
-	return page.Data, err
-}
-
-// ChargesOf runs the lookup for every reference, lookupConcurrency at a
-// time, and returns the charges by reference; a failed lookup leaves its
-// reference out and its error in the joined error.
-func (p *Provider) ChargesOf(ctx context.Context, refs []string) (map[string][]Charge, error) {
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-		sem  = make(chan struct{}, lookupConcurrency)
-		out  = make(map[string][]Charge, len(refs))
-	)
-	for _, ref := range refs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			charges, err := p.Charges(ctx, ref)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("lookup of %s: %w", ref, err))
-				return
+// Charges walks the provider's whole PaymentIntents list, a hundred a page,
+// and returns its charges (the succeeded intents) by order id, newest first.
+// The audit reads it once the provider is idle, so the walk sees every
+// intent.
+func (p *Provider) Charges(ctx context.Context) (map[string][]Charge, error) {
+	out := map[string][]Charge{}
+	for after := ""; ; {
+		var page struct {
+			Data []struct {
+				ID       string            `json:"id"`
+				Status   string            `json:"status"`
+				Amount   int64             `json:"amount"`
+				Currency string            `json:"currency"`
+				Metadata map[string]string `json:"metadata"`
+			} `json:"data"`
+			HasMore bool `json:"has_more"`
+		}
+		query := url.Values{"limit": {"100"}}
+		if after != "" {
+			query.Set("starting_after", after)
+		}
+		if err := p.do(ctx, http.MethodGet, "/v1/payment_intents?"+query.Encode(), "", http.StatusOK, &page); err != nil {
+			return out, err
+		}
+		for _, pi := range page.Data {
+			after = pi.ID
+			if pi.Status != "succeeded" {
+				continue
 			}
-			out[ref] = charges
-		})
+			ref := pi.Metadata["order_id"]
+			out[ref] = append(out[ref], Charge{ID: pi.ID, Amount: pi.Amount, Currency: strings.ToUpper(pi.Currency), Reference: ref})
+		}
+		if !page.HasMore {
+			return out, nil
+		}
 	}
-	wg.Wait()
-	return out, errors.Join(errs...)
 }
 
 // WaitIdle waits, at most within, until the provider has no charge in
@@ -135,6 +131,9 @@ func (p *Provider) do(ctx context.Context, method, path, body string, want int, 
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if strings.HasPrefix(path, "/v1/") {
+		req.Header.Set("Authorization", "Bearer "+secretKey)
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
