@@ -23,7 +23,7 @@ const DefaultCapacity = 16
 // little as load falls and understates it as load rises. Injected fault latency is added
 // unscaled: it stands for trouble outside the modelled workers (a slow downstream bank),
 // though the charges it slows still occupy workers and so slow the others. Requests answered
-// by a fault before processing (down, error rate, refused) and lookups take no worker.
+// by a fault before processing (down, error rate, refused) and reads take no worker.
 //
 // capacity is N, 0 for unlimited; n counts the charges processing now, this one included.
 func scaledLatency(base time.Duration, n, capacity int) time.Duration {

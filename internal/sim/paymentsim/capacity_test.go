@@ -43,7 +43,7 @@ func chargeTogether(t *testing.T, sim *Simulator, n int) []time.Duration {
 	for i := range n {
 		wg.Go(func() {
 			began := time.Now()
-			postCharge(t, sim, "k"+strconv.FormatInt(chargeKeys.Add(1), 10), validBody)
+			createIntent(t, sim, "k"+strconv.FormatInt(chargeKeys.Add(1), 10), intentForm)
 			took[i] = time.Since(began)
 		})
 	}

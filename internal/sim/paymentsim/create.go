@@ -1,108 +1,47 @@
 package paymentsim
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
-const (
-	// maxBodyBytes bounds a charge or admin request body; a real one is about a hundred bytes.
-	maxBodyBytes = 16 << 10
-	// declinedMethod is the test payment method that is always declined, as in Stripe's test mode.
-	declinedMethod = "pm_card_chargeDeclined"
-)
+// maxBodyBytes bounds a create's or an admin request's body; a real create is a few hundred
+// bytes.
+const maxBodyBytes = 16 << 10
 
-// chargeRequest is the body of POST /v1/charges. Two requests with one Idempotency-Key must
-// carry equal chargeRequests, so the type stays comparable.
-type chargeRequest struct {
-	Amount        int64  `json:"amount"`
-	Currency      string `json:"currency"`
-	PaymentMethod string `json:"payment_method"`
-	Reference     string `json:"reference"`
-}
-
-// charge is the body of a 201 response.
-type charge struct {
-	ID        string    `json:"id"`
-	Status    string    `json:"status"`
-	Amount    int64     `json:"amount"`
-	Currency  string    `json:"currency"`
-	Reference string    `json:"reference"`
-	Created   time.Time `json:"created"`
-}
-
-// decodeCharge reads one strict JSON object: unknown fields, trailing data and invalid values
-// are errors, so a client bug surfaces as a 400 instead of a charge for the wrong amount.
-func decodeCharge(r io.Reader) (chargeRequest, error) {
-	var req chargeRequest
-	if err := simulator.DecodeStrict(r, &req); err != nil {
-		return chargeRequest{}, err
-	}
-	if err := req.validate(); err != nil {
-		return chargeRequest{}, err
-	}
-	return req, nil
-}
-
-func (req chargeRequest) validate() error {
-	switch {
-	case req.Amount <= 0:
-		return errors.New("amount must be a positive integer of minor units")
-	case !simulator.IsCurrency(req.Currency):
-		return errors.New("currency must be three uppercase letters")
-	case !isToken(req.PaymentMethod, 64):
-		return errors.New("payment_method must be 1 to 64 visible ASCII characters")
-	case !isToken(req.Reference, 255):
-		return errors.New("reference must be 1 to 255 visible ASCII characters")
-	}
-	return nil
-}
-
-// isToken reports whether s is 1 to maxLen characters of visible ASCII (0x21–0x7E), the
-// alphabet of idempotency keys, payment methods and references.
-func isToken(s string, maxLen int) bool {
-	if len(s) == 0 || len(s) > maxLen {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// handleCharge serves POST /v1/charges: the rate limit first, then faults (they stand for
-// trouble in front of the provider's ledger), then validation, then the ledger, then
-// processing.
-func (s *Simulator) handleCharge() http.HandlerFunc {
+// handleCreateIntent serves POST /v1/payment_intents: the key check, the rate limit, then
+// faults (they stand for trouble in front of the provider's ledger), then validation, then
+// the idempotency ledger, then processing.
+func (s *Simulator) handleCreateIntent() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		fault := s.srv.Faults.Active(start)
 		done := s.inflight.add(fault != Fault{})
-		outcome := s.serveCharge(w, r, fault)
+		outcome := s.serveCreateIntent(w, r, fault)
 		done()
 		s.metrics.Observe(outcome, time.Since(start))
 	}
 }
 
-// serveCharge answers one charge under fault, the faults active as it arrived.
-func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
+// serveCreateIntent answers one create under fault, the faults active as it arrived.
+func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
 	// Read the whole body first: net/http notices a client hanging up (and cancels
 	// r.Context) only once the body has been consumed, and a hung request must notice.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
-		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
+		writeInvalid(w, "", "read body: "+err.Error())
 		return simulator.OutcomeInvalid
 	}
-	// The rate limit stands in front of everything else, as a provider's edge does: a charge
+	if !authorized(w, r) {
+		return simulator.OutcomeInvalid
+	}
+	// The rate limit stands in front of everything else, as a provider's edge does: a create
 	// over it is refused at once, whatever trouble lies behind.
 	if s.rateLimit(w, fault) {
 		return outcomeRateLimited
@@ -110,15 +49,21 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	if out, stop := s.injectFault(w, r, fault); stop {
 		return out
 	}
-
-	key := r.Header.Get("Idempotency-Key")
-	if !isToken(key, 255) {
-		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key must be 1 to 255 visible ASCII characters")
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		writeInvalid(w, "", "the body must be form-encoded (application/x-www-form-urlencoded), not "+ct)
 		return simulator.OutcomeInvalid
 	}
-	req, err := decodeCharge(bytes.NewReader(body))
-	if err != nil {
-		simulator.WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+	req, perr := decodeIntentRequest(body)
+	if perr != nil {
+		writeParamError(w, perr)
+		return simulator.OutcomeInvalid
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		key = "sim-" + rand.Text() // Stripe takes a write without a key as a request of its own
+	}
+	if !isToken(key, 255) {
+		writeInvalid(w, "", "Idempotency-Key must be 1 to 255 visible ASCII characters")
 		return simulator.OutcomeInvalid
 	}
 
@@ -128,22 +73,26 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 		writeResponse(w, e.resp, true)
 		return outcomeReplayed
 	case claimInFlight:
-		simulator.WriteError(w, http.StatusConflict, "idempotency_error", "a request with this Idempotency-Key is still in progress")
+		writeResponse(w, stripeErrorResponse(http.StatusConflict, stripeError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
+			Message: "There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later."}), false)
 		return outcomeConflict
 	case claimMismatch:
-		simulator.WriteError(w, http.StatusUnprocessableEntity, "idempotency_error", "this Idempotency-Key was used with different parameters")
+		writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{Type: "idempotency_error",
+			Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."}), false)
 		return outcomeMismatch
 	}
 
 	// A real provider finishes what it started even if the caller hung up, which is why a
 	// caller's timeout alone does not relieve a slow provider.
-	resp, ch := s.process(context.WithoutCancel(r.Context()), req, fault)
-	s.ledger.finish(e, resp, ch)
+	resp, pi := s.processIntent(context.WithoutCancel(r.Context()), req, fault)
+	s.ledger.finish(e, resp, pi)
 	out := outcomeSucceeded
-	if ch == nil {
+	switch pi.Status {
+	case "requires_payment_method":
 		out = outcomeDeclined
+	case "requires_action":
+		out = outcomeRequiresAction
 	}
-
 	if fault.ResetAfterCharge {
 		dropConnection(w)
 		return outcomeResetAfterCharge
@@ -152,30 +101,36 @@ func (s *Simulator) serveCharge(w http.ResponseWriter, r *http.Request, fault Fa
 	return out
 }
 
-// process takes a charge's processing time (see work), then charges or declines: it returns
-// the response and the charge made, nil for a decline.
-func (s *Simulator) process(ctx context.Context, req chargeRequest, fault Fault) (response, *charge) {
+// processIntent takes a charge's processing time (see work), then confirms the intent with
+// its payment method: a decline leaves it requires_payment_method and answers 402 with the
+// intent in the error, as Stripe does; a card asking for authentication leaves it
+// requires_action; any other succeeds with a charge, the intent's latest_charge.
+func (s *Simulator) processIntent(ctx context.Context, req intentRequest, fault Fault) (response, intent) {
 	created := s.work(ctx, fault)
-	if req.PaymentMethod == declinedMethod {
-		return errorResponse(http.StatusPaymentRequired, "card_declined", "Your card was declined."), nil
+	pi := intent{
+		ID: "pi_" + rand.Text(), Amount: req.Amount, Currency: req.Currency, PaymentMethod: req.PaymentMethod,
+		OrderID: req.OrderID, Created: created,
 	}
-	ch := charge{
-		ID:        "ch_" + rand.Text(),
-		Status:    "succeeded",
-		Amount:    req.Amount,
-		Currency:  req.Currency,
-		Reference: req.Reference,
-		Created:   created,
+	switch req.PaymentMethod {
+	case declinedMethod:
+		pi.Status = "requires_payment_method"
+		j := pi.json()
+		return stripeErrorResponse(http.StatusPaymentRequired, stripeError{Type: "card_error", Code: "card_declined",
+			DeclineCode: "generic_decline", Message: "Your card was declined.", Param: "payment_method", PaymentIntent: &j}), pi
+	case authenticationRequiredMethod:
+		pi.Status = "requires_action"
+		return jsonResponse(http.StatusOK, pi.json()), pi
 	}
-	return jsonResponse(http.StatusCreated, ch), &ch
+	pi.Status, pi.LatestCharge = "succeeded", "ch_"+rand.Text()
+	return jsonResponse(http.StatusOK, pi.json()), pi
 }
 
 // work takes the time drawn for a charge (see latency), under the capacity model (see
-// scaledLatency) and with fault's latency added, and returns the charge's creation time:
-// when its processing began, as a real provider stamps it when it accepts the request. A
-// charge that took long therefore appears in the list after charges created later than it,
-// which the ledger walk must not miss. ctx carries no cancellation from the client, only
-// values.
+// scaledLatency) and with fault's latency added, and returns the PaymentIntent's creation
+// time: when its processing began, as a real provider stamps it when it accepts the
+// request. An intent that took long therefore appears in the list after intents created
+// later than it, which the ledger walk must not miss. ctx carries no cancellation from the
+// client, only values.
 func (s *Simulator) work(ctx context.Context, fault Fault) time.Time {
 	created := time.Now().UTC().Truncate(time.Microsecond)
 	n := int(s.processing.Add(1))
@@ -197,11 +152,6 @@ type response struct {
 
 func jsonResponse(status int, v any) response {
 	return response{status: status, body: simulator.EncodeJSON(v)}
-}
-
-// errorResponse builds the provider's error body, {"error":{"type":…,"message":…}}.
-func errorResponse(status int, typ, message string) response {
-	return jsonResponse(status, simulator.ErrorBody(typ, message))
 }
 
 func writeResponse(w http.ResponseWriter, resp response, replayed bool) {

@@ -29,15 +29,15 @@ func TestFaultStatus(t *testing.T) {
 	}{
 		{`{"down":true}`, http.StatusServiceUnavailable},
 		{`{"error_rate":1}`, http.StatusInternalServerError},
-		{`{"error_rate":0.4}`, http.StatusCreated}, // setup's Random returns 0.5
-		{`{"latency":"1s"}`, http.StatusCreated},
+		{`{"error_rate":0.4}`, http.StatusOK}, // setup's Random returns 0.5
+		{`{"latency":"1s"}`, http.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault, func(t *testing.T) {
 			t.Parallel()
 			sim := setup(t, 0)
 			addFault(t, sim, tt.fault)
-			if got := postCharge(t, sim, "k1", validBody).Code; got != tt.wantStatus {
+			if got := createIntent(t, sim, "k1", intentForm).Code; got != tt.wantStatus {
 				t.Errorf("status: got %d, want %d", got, tt.wantStatus)
 			}
 		})
@@ -49,11 +49,11 @@ func TestFaultErrorStatus(t *testing.T) {
 	t.Parallel()
 	down := setup(t, 0)
 	addFault(t, down, `{"down":true}`)
-	want := postCharge(t, down, "k1", validBody)
+	want := createIntent(t, down, "k1", intentForm)
 
 	sim := setup(t, 0)
 	addFault(t, sim, `{"error_rate":1,"error_status":503}`)
-	got := postCharge(t, sim, "k1", validBody)
+	got := createIntent(t, sim, "k1", intentForm)
 	if got.Code != http.StatusServiceUnavailable || got.Body.String() != want.Body.String() {
 		t.Errorf("answer: got %d %s, want %d %s", got.Code, got.Body, want.Code, want.Body)
 	}
@@ -124,7 +124,7 @@ func TestFaultScheduled(t *testing.T) {
 		for i, tt := range tests {
 			time.Sleep(tt.at - time.Since(start))
 			began := time.Now()
-			postCharge(t, sim, "k"+string(rune('a'+i)), validBody)
+			createIntent(t, sim, "k"+string(rune('a'+i)), intentForm)
 			if got := time.Since(began); got != tt.want {
 				t.Errorf("charge at t+%v took %v, want %v", tt.at, got, tt.want)
 			}
@@ -144,7 +144,7 @@ func TestFaultFlapping(t *testing.T) {
 		start := time.Now()
 		for i, at := range []time.Duration{500 * time.Millisecond, 2500 * time.Millisecond, 16500 * time.Millisecond, 18500 * time.Millisecond} {
 			time.Sleep(at - time.Since(start))
-			postCharge(t, sim, "k"+strconv.Itoa(i), validBody)
+			createIntent(t, sim, "k"+strconv.Itoa(i), intentForm)
 			// Hung charges are answered at the window's end, once the hang has been rechecked.
 			want := at
 			if at%(4*time.Second) < 2*time.Second {
@@ -166,8 +166,8 @@ func TestMaxInFlightDuringFault(t *testing.T) {
 		sim := setup(t, 200*time.Millisecond)
 		addFault(t, sim, `{"latency":"10s","start_in":"1s","duration":"1s"}`)
 
-		charge := func(key string) { go postCharge(t, sim, key, validBody) }
-		ask := func() { go do(t, t.Context(), sim, http.MethodGet, "/v1/charges?reference=ord-1", nil, "") }
+		charge := func(key string) { go createIntent(t, sim, key, intentForm) }
+		ask := func() { go do(t, t.Context(), sim, http.MethodGet, "/v1/payment_intents", stripeHeader, "") }
 		charge("before") // done by 200 ms
 		ask()
 		time.Sleep(1100 * time.Millisecond)
@@ -204,7 +204,7 @@ func TestFaultClear(t *testing.T) {
 	if w := do(t, t.Context(), sim, http.MethodDelete, "/admin/faults", nil, ""); w.Code != http.StatusNoContent {
 		t.Fatalf("DELETE /admin/faults: got %d, want %d", w.Code, http.StatusNoContent)
 	}
-	if got, want := postCharge(t, sim, "k1", validBody).Code, http.StatusCreated; got != want {
+	if got, want := createIntent(t, sim, "k1", intentForm).Code, http.StatusOK; got != want {
 		t.Errorf("status after clearing: got %d, want %d", got, want)
 	}
 }
@@ -218,16 +218,15 @@ func TestFaultHang(t *testing.T) {
 		// A client that gives up leaves nothing behind: the request never reached the ledger.
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		header := http.Header{"Idempotency-Key": {"k1"}}
-		do(t, ctx, sim, http.MethodPost, "/v1/charges", header, validBody)
+		do(t, ctx, sim, http.MethodPost, "/v1/payment_intents", withHeader(stripeHeader, "Idempotency-Key", "k1"), intentForm)
 		if got := sim.Stats().IdempotencyKeys; got != 0 {
 			t.Errorf("keys after an abandoned hung request: got %d, want 0", got)
 		}
 
 		// A patient client is answered once the hang ends.
 		began := time.Now()
-		w := postCharge(t, sim, "k2", validBody)
-		if got, want := w.Code, http.StatusCreated; got != want {
+		w := createIntent(t, sim, "k2", intentForm)
+		if got, want := w.Code, http.StatusOK; got != want {
 			t.Errorf("status after the hang: got %d, want %d", got, want)
 		}
 		if got, want := time.Since(began), 4*time.Second; got < want {

@@ -1,10 +1,7 @@
 package paymentsim
 
 import (
-	"context"
-	"crypto/rand"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -30,6 +27,8 @@ import (
 // Test payment methods, named as Stripe's test mode names them. Any other payment method
 // succeeds, as pm_card_visa does.
 const (
+	// declinedMethod is always declined: the PaymentIntent is left requires_payment_method.
+	declinedMethod = "pm_card_chargeDeclined"
 	// authenticationRequiredMethod leaves the PaymentIntent in requires_action: the card asks
 	// for 3-D Secure, which only the customer can complete.
 	authenticationRequiredMethod = "pm_card_authenticationRequired"
@@ -147,6 +146,29 @@ var (
 	typesKeyRE = regexp.MustCompile(`^payment_method_types\[\d*\]$`)
 )
 
+// isToken reports whether s is 1 to maxLen characters of visible ASCII (0x21–0x7E), the
+// alphabet of idempotency keys, payment methods and order ids.
+func isToken(s string, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeIntentRequest reads a create's form-encoded body (see parseIntentRequest).
+func decodeIntentRequest(body []byte) (intentRequest, *paramError) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return intentRequest{}, invalid("", "malformed form body: %v", err)
+	}
+	return parseIntentRequest(form)
+}
+
 // parseIntentRequest reads a create's form strictly: an unknown or repeated parameter is an
 // error naming it, as Stripe's "Received unknown parameter".
 func parseIntentRequest(form url.Values) (intentRequest, *paramError) {
@@ -208,125 +230,8 @@ func parseIntentRequest(form url.Values) (intentRequest, *paramError) {
 	return req, nil
 }
 
-// handleCreateIntent serves POST /v1/payment_intents in the same order as a charge: the rate
-// limit, then faults, then validation, then the idempotency ledger, then processing.
-func (s *Simulator) handleCreateIntent() http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		fault := s.srv.Faults.Active(start)
-		done := s.inflight.add(fault != Fault{})
-		outcome := s.serveCreateIntent(w, r, fault)
-		done()
-		s.metrics.Observe(outcome, time.Since(start))
-	}
-}
-
-func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
-	// Read the whole body first: net/http notices a client hanging up only once it has.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		writeInvalid(w, "", "read body: "+err.Error())
-		return simulator.OutcomeInvalid
-	}
-	if !authorized(w, r) {
-		return simulator.OutcomeInvalid
-	}
-	if s.rateLimit(w, fault) {
-		return outcomeRateLimited
-	}
-	if out, stop := s.injectFault(w, r, fault); stop {
-		return out
-	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
-		writeInvalid(w, "", "the body must be form-encoded (application/x-www-form-urlencoded), not "+ct)
-		return simulator.OutcomeInvalid
-	}
-	form, err := url.ParseQuery(string(body))
-	if err != nil {
-		writeInvalid(w, "", "malformed form body: "+err.Error())
-		return simulator.OutcomeInvalid
-	}
-	req, perr := parseIntentRequest(form)
-	if perr != nil {
-		writeParamError(w, perr)
-		return simulator.OutcomeInvalid
-	}
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
-		key = "sim-" + rand.Text() // Stripe takes a write without a key as a request of its own
-	}
-	if !isToken(key, 255) {
-		writeInvalid(w, "", "Idempotency-Key must be 1 to 255 visible ASCII characters")
-		return simulator.OutcomeInvalid
-	}
-
-	e, c := s.ledger.claim(key, req)
-	switch c {
-	case claimDone:
-		writeResponse(w, e.resp, true)
-		return outcomeReplayed
-	case claimInFlight:
-		writeResponse(w, stripeErrorResponse(http.StatusConflict, stripeError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
-			Message: "There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later."}), false)
-		return outcomeConflict
-	case claimMismatch:
-		writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{Type: "idempotency_error",
-			Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."}), false)
-		return outcomeMismatch
-	}
-
-	// A real provider finishes what it started even if the caller hung up.
-	resp, ch, pi := s.processIntent(context.WithoutCancel(r.Context()), req, fault)
-	s.ledger.finishIntent(e, resp, ch, pi)
-	out := outcomeSucceeded
-	switch {
-	case pi.Status == "requires_payment_method":
-		out = outcomeDeclined
-	case ch == nil:
-		out = outcomeRequiresAction
-	}
-	if fault.ResetAfterCharge {
-		dropConnection(w)
-		return outcomeResetAfterCharge
-	}
-	writeResponse(w, resp, false)
-	return out
-}
-
-// processIntent takes a charge's processing time (see work), then confirms the intent with
-// its payment method: a decline leaves it requires_payment_method and answers 402 with the
-// intent in the error, as Stripe does; a card asking for authentication leaves it
-// requires_action; any other succeeds with a charge.
-func (s *Simulator) processIntent(ctx context.Context, req intentRequest, fault Fault) (response, *charge, intent) {
-	created := s.work(ctx, fault)
-	pi := intent{
-		ID: "pi_" + rand.Text(), Amount: req.Amount, Currency: req.Currency, PaymentMethod: req.PaymentMethod,
-		OrderID: req.OrderID, Created: created,
-	}
-	switch req.PaymentMethod {
-	case declinedMethod:
-		pi.Status = "requires_payment_method"
-		j := pi.json()
-		return stripeErrorResponse(http.StatusPaymentRequired, stripeError{Type: "card_error", Code: "card_declined",
-			DeclineCode: "generic_decline", Message: "Your card was declined.", Param: "payment_method", PaymentIntent: &j}), nil, pi
-	case authenticationRequiredMethod:
-		pi.Status = "requires_action"
-		return jsonResponse(http.StatusOK, pi.json()), nil, pi
-	}
-	pi.Status, pi.LatestCharge = "succeeded", "ch_"+rand.Text()
-	reference := req.OrderID
-	if reference == "" {
-		reference = pi.ID // a payment of no order: its own reference, never a duplicate
-	}
-	// The charge record names the payment by its PaymentIntent, the object the client knows
-	// and the order stores; the charge under it is the intent's latest_charge.
-	ch := &charge{ID: pi.ID, Status: "succeeded", Amount: req.Amount, Currency: strings.ToUpper(req.Currency),
-		Reference: reference, Created: created}
-	return jsonResponse(http.StatusOK, pi.json()), ch, pi
-}
-
 // handleRetrieveIntent serves GET /v1/payment_intents/{id}: the intent as it is now, 404 if
-// the provider holds none by that id. Faults apply as to a lookup.
+// the provider holds none by that id.
 func (s *Simulator) handleRetrieveIntent() http.HandlerFunc {
 	return s.read(func(w http.ResponseWriter, r *http.Request) outcome {
 		if len(r.URL.Query()) != 0 {
@@ -444,14 +349,17 @@ func parseIntentQuery(query url.Values) (intentQuery, *paramError) {
 	return q, nil
 }
 
-// read wraps a read of the intents (retrieve, list) in what every read gets: the key check,
-// the faults as a lookup meets them, the simulated latency, and the metrics. A read changes
-// nothing, so one whose client has gone is not finished.
+// read wraps a read of the intents (retrieve, list, search) in what every read gets: the key
+// check, the faults, the simulated latency, and the metrics. An outage of a real provider
+// takes its reads down with its creates, so the same faults apply, read once as the request
+// arrives: refused connections, down, hang, error rate and latency; reset_after_charge
+// concerns creates only, and a read is answered. Reads are not rate limited (see
+// chargeLimiter). A read changes nothing, so one whose client has gone is not finished.
 func (s *Simulator) read(serve func(http.ResponseWriter, *http.Request) outcome) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		fault := s.srv.Faults.Active(time.Now())
 		if fault != (Fault{}) {
-			s.inflight.lookupDuringFault()
+			s.inflight.readDuringFault()
 		}
 		out := func() outcome {
 			if !authorized(w, r) {
@@ -466,6 +374,6 @@ func (s *Simulator) read(serve func(http.ResponseWriter, *http.Request) outcome)
 			}
 			return serve(w, r)
 		}()
-		s.metrics.observeLookup(out)
+		s.metrics.observeRead(out)
 	}
 }

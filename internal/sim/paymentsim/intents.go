@@ -2,6 +2,7 @@ package paymentsim
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -22,20 +23,41 @@ type intent struct {
 	recorded      time.Time // when it was recorded: search sees it only SearchLag later
 }
 
+// reference is the order a succeeded intent charged, by which duplicate charges are
+// counted: its metadata[order_id], or for a payment of no order its own id, never a
+// duplicate.
+func (pi intent) reference() string {
+	if pi.OrderID == "" {
+		return pi.ID
+	}
+	return pi.OrderID
+}
+
 // intentLog is the PaymentIntents list: newest first by creation time, as Stripe lists them.
 // An intent is recorded when its processing ends, stamped with the time its request was
 // accepted, so one whose request took long is inserted among older ones — it appears late,
-// which the ledger walk must cope with. Memory is bounded by capacity: beyond it the oldest
-// intent is forgotten. It is not safe for concurrent use; the ledger's lock guards it.
+// which the ledger walk must cope with. It also counts the succeeded intents (the charges)
+// of each reference, what duplicate charges are counted from.
+//
+// It is kept apart from the idempotency keys on purpose. A provider forgets keys (Stripe
+// after 24 h, this simulator beyond LedgerCap) but not payments, and the list is how a
+// caller whose key may be forgotten learns whether an order was charged; a list that forgot
+// with the keys would say "not charged" exactly when it matters. Memory is bounded all the
+// same, by a count of intents rather than of references, so a client charging one order
+// under ever new keys cannot grow it without limit: beyond capacity the oldest intent is
+// forgotten. Every intent needs a key of its own, so with capacity at least the key cache's
+// an intent is never forgotten before its key; see Config.ChargeCap for the default margin.
+// It is not safe for concurrent use; the ledger's lock guards it.
 type intentLog struct {
-	cap  int
-	seq  int
-	byID map[string]*intent
-	list []*intent // newest first: Created descending, then seq descending
+	cap     int
+	seq     int
+	byID    map[string]*intent
+	list    []*intent      // newest first: Created descending, then seq descending
+	charged map[string]int // succeeded intents kept, by reference
 }
 
 func newIntentLog(capacity int) *intentLog {
-	return &intentLog{cap: capacity, byID: make(map[string]*intent)}
+	return &intentLog{cap: capacity, byID: make(map[string]*intent), charged: make(map[string]int)}
 }
 
 // newer reports whether a comes before b in the list.
@@ -46,8 +68,9 @@ func newer(a, b *intent) bool {
 	return a.seq > b.seq
 }
 
-// add records pi at its place in the list.
-func (l *intentLog) add(pi intent) {
+// add records pi at its place in the list and returns how many charges its reference now
+// has: 0 unless pi succeeded.
+func (l *intentLog) add(pi intent) int {
 	l.seq++
 	pi.seq, pi.recorded = l.seq, time.Now()
 	p := &pi
@@ -59,10 +82,29 @@ func (l *intentLog) add(pi intent) {
 	})
 	l.list = slices.Insert(l.list, i, p)
 	l.byID[p.ID] = p
+	charges := 0
+	if p.Status == "succeeded" {
+		l.charged[p.reference()]++
+		charges = l.charged[p.reference()]
+	}
 	for len(l.list) > l.cap {
-		oldest := l.list[len(l.list)-1]
-		l.list = l.list[:len(l.list)-1]
-		delete(l.byID, oldest.ID)
+		l.evictOldest()
+	}
+	return charges
+}
+
+// evictOldest forgets the intent created first.
+func (l *intentLog) evictOldest() {
+	oldest := l.list[len(l.list)-1]
+	l.list = l.list[:len(l.list)-1]
+	delete(l.byID, oldest.ID)
+	if oldest.Status != "succeeded" {
+		return
+	}
+	if ref := oldest.reference(); l.charged[ref] > 1 {
+		l.charged[ref]--
+	} else {
+		delete(l.charged, ref)
 	}
 }
 
@@ -169,4 +211,9 @@ func (l *intentLog) search(orderID string, visible time.Time) []intent {
 		}
 	}
 	return out
+}
+
+// chargesByReference returns how many succeeded intents are kept for each reference.
+func (l *intentLog) chargesByReference() map[string]int {
+	return maps.Clone(l.charged)
 }

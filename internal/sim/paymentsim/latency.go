@@ -12,7 +12,7 @@ import (
 // the random source would no longer fit a time.Duration.
 const MaxLatencySigma = 3
 
-// A request's processing time (a charge's or a lookup's) comes from one of two distributions. The seed's is uniform,
+// A request's processing time (a create's or a read's) comes from one of two distributions. The seed's is uniform,
 // Config.Latency ± Config.Jitter. The other is log-normal, the shape measured service
 // latencies usually take: most calls near the median and a long right tail. It is named by
 // its median and σ (the standard deviation of the time's logarithm), and may be truncated at

@@ -103,7 +103,7 @@ func TestChargeLatency(t *testing.T) {
 					addFault(t, sim, f)
 				}
 				began := time.Now()
-				postCharge(t, sim, "k1", validBody)
+				createIntent(t, sim, "k1", intentForm)
 				if got := time.Since(began); !within(got, tt.want, 1e-6) {
 					t.Errorf("charge took %v, want %v", got, tt.want)
 				}

@@ -18,7 +18,7 @@ const (
 // entry is one idempotency key's record. resp is written once, under the ledger's lock, and
 // never changes after done is set, so replays may read it without the lock.
 type entry struct {
-	params any // a chargeRequest or an intentRequest: a key used on both endpoints mismatches
+	params intentRequest
 	at     time.Time
 	done   bool
 	resp   response
@@ -32,13 +32,14 @@ type Stats struct {
 	TotalCharges int `json:"total_charges"`
 	// Declines counts declined charge attempts.
 	Declines int `json:"declines"`
-	// ChargesByReference counts successful charges per reference (order id), from the charge
-	// record (Config.ChargeCap), which outlives the idempotency keys.
+	// ChargesByReference counts successful charges (succeeded PaymentIntents) per reference
+	// (order id), from the PaymentIntents kept (Config.ChargeCap), which outlive the
+	// idempotency keys.
 	ChargesByReference map[string]int `json:"charges_by_reference"`
 	// DuplicateReferences counts references charged successfully more than once, since start
-	// or reset. It is counted from the charge record, not from the key cache, so it also
+	// or reset. It is counted from the PaymentIntents kept, not from the key cache, so it also
 	// catches the second charge a client makes by retrying after the provider forgot its key.
-	// (A reference whose first charge the record had already forgotten is not caught.)
+	// (A reference whose first charge had already been forgotten is not caught.)
 	DuplicateReferences int `json:"duplicate_references"`
 	// IdempotencyKeys is how many keys the ledger holds.
 	IdempotencyKeys int `json:"idempotency_keys"`
@@ -52,9 +53,9 @@ type Stats struct {
 	// ChargesDuringFault counts the charge requests that arrived while a fault was active,
 	// since start or reset: what callers sent into the trouble.
 	ChargesDuringFault int `json:"charges_during_fault"`
-	// LookupsDuringFault counts the lookups and charge lists that arrived while a fault was
-	// active: questions callers sent into the trouble (a breaker's probe, say), which charge
-	// nothing.
+	// LookupsDuringFault counts the reads of PaymentIntents (retrieve, list, search) that
+	// arrived while a fault was active: questions callers sent into the trouble (a breaker's
+	// probe, a lookup, the ledger walk), which charge nothing.
 	LookupsDuringFault int `json:"lookups_during_fault"`
 	// ChargesProcessed counts the charges that began processing, and ChargesOverCapacity
 	// those that began it with more charges processing than the capacity (Config.Capacity or
@@ -69,30 +70,29 @@ type Stats struct {
 }
 
 // ledger is the provider's memory: the idempotency keys (a bounded cache, as at a real
-// provider) and, apart from them, the charges made (see chargeLog).
+// provider) and, apart from them, the PaymentIntents created (see intentLog).
 type ledger struct {
 	mu           sync.Mutex
 	keyCap       int
 	keyRetention time.Duration
-	chargeCap    int
-	gen          int // bumped by reset, so charges begun before it do not count after it
+	intentCap    int
+	gen          int // bumped by reset, so creates begun before it do not count after it
 	entries      *boundedMap[string, *entry]
-	charges      *chargeLog
 	intents      *intentLog
 	total        int
 	declines     int
 	duplicates   int
 }
 
-func newLedger(keyCap int, keyRetention time.Duration, chargeCap int) *ledger {
-	l := &ledger{keyCap: keyCap, keyRetention: keyRetention, chargeCap: chargeCap}
+func newLedger(keyCap int, keyRetention time.Duration, intentCap int) *ledger {
+	l := &ledger{keyCap: keyCap, keyRetention: keyRetention, intentCap: intentCap}
 	l.reset()
 	return l
 }
 
 // claim looks key up and, on first use, records it as in flight. A key older than the
 // retention is forgotten, as Stripe forgets keys after 24 hours: its reuse is a new request.
-func (l *ledger) claim(key string, req any) (*entry, claim) {
+func (l *ledger) claim(key string, req intentRequest) (*entry, claim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
@@ -110,41 +110,24 @@ func (l *ledger) claim(key string, req any) (*entry, claim) {
 	return e, claimDone
 }
 
-// finish stores a claimed key's response for replays and records the outcome: ch is the
-// charge made, nil for a decline.
-func (l *ledger) finish(e *entry, resp response, ch *charge) {
+// finish stores a claimed key's response for replays and records the PaymentIntent the
+// request created, whatever its status: a succeeded one is a charge, a
+// requires_payment_method one a decline, a requires_action one neither.
+func (l *ledger) finish(e *entry, resp response, pi intent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.finishLocked(e, resp, ch)
-}
-
-func (l *ledger) finishLocked(e *entry, resp response, ch *charge) {
 	e.resp, e.done = resp, true
 	if e.gen != l.gen {
 		return
 	}
-	if ch == nil {
+	switch pi.Status {
+	case "succeeded":
+		l.total++
+	case "requires_payment_method":
 		l.declines++
-		return
 	}
-	l.total++
-	if l.charges.add(*ch) == 2 {
+	if l.intents.add(pi) == 2 {
 		l.duplicates++
-	}
-}
-
-// finishIntent is finish for a PaymentIntent: besides the charge it made (nil for none), the
-// intent is recorded in the PaymentIntents list, whatever its status.
-func (l *ledger) finishIntent(e *entry, resp response, ch *charge, pi intent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if pi.Status == "requires_action" {
-		e.resp, e.done = resp, true // neither a charge nor a decline
-	} else {
-		l.finishLocked(e, resp, ch)
-	}
-	if e.gen == l.gen {
-		l.intents.add(pi)
 	}
 }
 
@@ -170,27 +153,13 @@ func (l *ledger) listIntents(q intentQuery) ([]intent, bool, error) {
 	return l.intents.page(q)
 }
 
-// find returns the successful charges for reference, oldest first.
-func (l *ledger) find(reference string) []charge {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.charges.find(reference)
-}
-
-// list returns a page of the charge list (see chargeLog.list).
-func (l *ledger) list(createdGTE, createdLTE time.Time, limit int, startingAfter string) ([]charge, bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.charges.list(createdGTE, createdLTE, limit, startingAfter)
-}
-
 func (l *ledger) stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Stats{
 		TotalCharges:        l.total,
 		Declines:            l.declines,
-		ChargesByReference:  l.charges.countByReference(),
+		ChargesByReference:  l.intents.chargesByReference(),
 		DuplicateReferences: l.duplicates,
 		IdempotencyKeys:     l.entries.len(),
 	}
@@ -208,7 +177,6 @@ func (l *ledger) reset() {
 	defer l.mu.Unlock()
 	l.gen++
 	l.entries = newBoundedMap[string, *entry](l.keyCap)
-	l.charges = newChargeLog(l.chargeCap)
-	l.intents = newIntentLog(l.chargeCap)
+	l.intents = newIntentLog(l.intentCap)
 	l.total, l.declines, l.duplicates = 0, 0, 0
 }

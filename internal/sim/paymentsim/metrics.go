@@ -8,7 +8,7 @@ import (
 	"github.com/resilientcheckout/checkout/internal/sim/simulator"
 )
 
-// outcome labels how a charge or lookup request ended, in metrics. Besides the outcomes common
+// outcome labels how a create or a read of PaymentIntents ended, in metrics. Besides the outcomes common
 // to both simulators (simulator.OutcomeInvalid and the others), the provider has these.
 type outcome = simulator.Outcome
 
@@ -22,14 +22,14 @@ const (
 	outcomeRefused          outcome = "refused"
 	outcomeResetAfterCharge outcome = "reset_after_charge"
 	outcomeRateLimited      outcome = "rate_limited" // answered 429 by the rate limit
-	outcomeFound            outcome = "found"        // a lookup answered 200, with or without charges
+	outcomeFound            outcome = "found"        // a read answered 200, whatever it found
 )
 
-// metrics are the charge request metrics every simulator has, and the lookups and the
-// highest in-flight count that only the provider has.
+// metrics are the charge request (create) metrics every simulator has, and the reads and
+// the highest in-flight count that only the provider has.
 type metrics struct {
 	*simulator.RequestMetrics
-	lookups     *prometheus.CounterVec
+	reads       *prometheus.CounterVec
 	maxInFlight prometheus.Gauge
 }
 
@@ -47,21 +47,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 				// From 5 ms to ~20 s: covers the 200 ms normal latency and the experiment's 10 s slow phase.
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
 			}),
-		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paymentsim_lookup_requests_total",
-			Help: "Charge lookups by reference (GET /v1/charges), by outcome.",
+			Help: "Reads of PaymentIntents (retrieve, list, search), by outcome.",
 		}, []string{"outcome"}),
 		maxInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paymentsim_charge_requests_in_flight_max",
 			Help: "Most charge requests processed at once since start or the last reset.",
 		}),
 	}
-	reg.MustRegister(m.lookups, m.maxInFlight)
+	reg.MustRegister(m.reads, m.maxInFlight)
 	return m
 }
 
-func (m *metrics) observeLookup(o outcome) {
-	m.lookups.WithLabelValues(string(o)).Inc()
+func (m *metrics) observeRead(o outcome) {
+	m.reads.WithLabelValues(string(o)).Inc()
 }
 
 // inflight counts charge requests being processed and remembers the highest count, the
@@ -75,10 +75,10 @@ type inflight struct {
 	// duringFault counts the charge requests that arrived while a fault was
 	// active; started those that began processing, and over those that
 	// began it above the provider's capacity (see scaledLatency).
-	// lookupsDuringFault counts lookups and lists that arrived while one
-	// was: questions sent into the trouble, which charge nothing.
+	// readsDuringFault counts the reads that arrived while one was:
+	// questions sent into the trouble, which charge nothing.
 	duringFault, started, over int
-	lookupsDuringFault         int
+	readsDuringFault           int
 	idleCh                     chan struct{} // closed while n == 0
 	metrics                    *metrics
 }
@@ -146,17 +146,17 @@ func (f *inflight) processing(overCapacity bool) {
 }
 
 // arrivals returns the counts kept beside the in-flight ones.
-func (f *inflight) arrivals() (duringFault, started, overCapacity, lookupsDuringFault int) {
+func (f *inflight) arrivals() (duringFault, started, overCapacity, readsDuringFault int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.duringFault, f.started, f.over, f.lookupsDuringFault
+	return f.duringFault, f.started, f.over, f.readsDuringFault
 }
 
-// lookupDuringFault counts a lookup or list that arrived while a fault was active.
-func (f *inflight) lookupDuringFault() {
+// readDuringFault counts a read that arrived while a fault was active.
+func (f *inflight) readDuringFault() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lookupsDuringFault++
+	f.readsDuringFault++
 }
 
 // resetMax restarts the maximum from the current count, not zero: requests still in flight
@@ -165,6 +165,6 @@ func (f *inflight) resetMax() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.max, f.faultMax = f.n, 0
-	f.duringFault, f.started, f.over, f.lookupsDuringFault = 0, 0, 0, 0
+	f.duringFault, f.started, f.over, f.readsDuringFault = 0, 0, 0, 0
 	f.publish()
 }

@@ -1,13 +1,12 @@
 // Package paymentsim simulates the outside payment provider that checkout charges.
 //
 // It serves the provider protocol — the PaymentIntents subset of Stripe's API (create with
-// confirm=true, retrieve, the newest-first list, a search that lags; see intent.go), beside
-// the older POST /v1/charges and GET /v1/charges?reference=… — the way a real provider does:
-// a bounded Idempotency-Key cache that forgets keys after KeyRetention, replays of finished
-// requests, a record of charges that outlives the keys and answers lookups, declines, ~200 ms of
-// latency that grows once more charges arrive than it has capacity for (see scaledLatency),
-// an optional rate limit (see chargeLimiter), and charges that complete even when the caller
-// has already given up. Faults (latency, latency distributions, brownouts, errors, hangs,
+// confirm=true, retrieve, the newest-first list, a search that lags; see intent.go) — the
+// way a real provider does: a bounded Idempotency-Key cache that forgets keys after
+// KeyRetention, replays of finished requests, a record of PaymentIntents that outlives the
+// keys and answers reads, declines, ~200 ms of latency that grows once more charges arrive
+// than it has capacity for (see scaledLatency), an optional rate limit (see chargeLimiter),
+// and charges that complete even when the caller has already given up. Faults (latency, latency distributions, brownouts, errors, hangs,
 // outages, refused connections, lost responses, reduced capacity, rate limits) can be
 // switched on, or scheduled, at runtime through an admin API, so the demo, the experiment and
 // the tests can break the provider on purpose and watch checkout cope.
@@ -40,11 +39,12 @@ const (
 	// Stripe documents its search as lagging writes by under a minute, up to an hour in an
 	// outage.
 	DefaultSearchLag = time.Minute
-	// DefaultChargeCapFactor sizes the charge record against the key cache when
-	// Config.ChargeCap is zero: ten times as many charges as keys, so a lookup still finds a
+	// DefaultChargeCapFactor sizes the record of PaymentIntents against the key cache when
+	// Config.ChargeCap is zero: ten times as many intents as keys, so the list still holds a
 	// charge long after its key is forgotten (at 40 charges/s the default 100,000 keys last
-	// ~42 minutes and 1,000,000 charges ~7 hours). A kept charge costs ≈ 280 bytes (measured
-	// with 36-character references), so the default record tops out near 270 MB.
+	// ~42 minutes and 1,000,000 intents ~7 hours). A kept PaymentIntent costs ≈ 350 bytes
+	// (measured with 36-character order ids, each charged once), so the default record tops
+	// out near 350 MB.
 	DefaultChargeCapFactor = 10
 )
 
@@ -67,9 +67,10 @@ type Config struct {
 	// SearchLag is how long after it is recorded a PaymentIntent shows in search. Zero means
 	// DefaultSearchLag; a negative value none.
 	SearchLag time.Duration
-	// ChargeCap bounds the successful charges kept for lookups by reference, the oldest
-	// forgotten first. Zero means DefaultChargeCapFactor × LedgerCap; a value below LedgerCap
-	// is raised to it, so a charge is never forgotten before its key.
+	// ChargeCap bounds the PaymentIntents kept for reads (retrieve, list, search) and the
+	// duplicate count, whatever their status, the oldest forgotten first. Zero means
+	// DefaultChargeCapFactor × LedgerCap; a value below LedgerCap is raised to it, so an
+	// intent is never forgotten before its key.
 	ChargeCap int
 	// LatencySigma, when positive, makes each charge's processing time log-normal with median
 	// Latency and this σ (at most MaxLatencySigma; see logNormal), instead of Latency ±

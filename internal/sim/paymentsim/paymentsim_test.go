@@ -11,8 +11,6 @@ import (
 	"time"
 )
 
-const validBody = `{"amount":2598,"currency":"USD","payment_method":"pm_card_visa","reference":"ord-1"}`
-
 // setup returns a simulator whose latency has no jitter, so synctest tests know exactly when
 // a charge finishes.
 func setup(t *testing.T, latency time.Duration) *Simulator {
@@ -32,88 +30,33 @@ func do(t *testing.T, ctx context.Context, h http.Handler, method, path string, 
 	return w
 }
 
-func postCharge(t *testing.T, h http.Handler, key, body string) *httptest.ResponseRecorder {
+// chargeFor creates a PaymentIntent for orderID under key and returns the 200 body's intent.
+func chargeFor(t *testing.T, h http.Handler, key, orderID string) intentBody {
 	t.Helper()
-	return do(t, t.Context(), h, http.MethodPost, "/v1/charges", http.Header{"Idempotency-Key": {key}}, body)
+	w := createIntent(t, h, key, orderForm(orderID))
+	if w.Code != http.StatusOK {
+		t.Fatalf("charge %s under %s: status %d (%s)", orderID, key, w.Code, w.Body)
+	}
+	return decode[intentBody](t, w)
 }
 
-func TestChargeStatus(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name       string
-		key        string
-		body       string
-		wantStatus int
-		wantType   string
-	}{
-		{"success", "k1", validBody, http.StatusCreated, ""},
-		{"declined", "k1", `{"amount":1,"currency":"EUR","payment_method":"pm_card_chargeDeclined","reference":"r"}`, http.StatusPaymentRequired, "card_declined"},
-		{"missing key", "", validBody, http.StatusBadRequest, "invalid_request_error"},
-		{"key with space", "a b", validBody, http.StatusBadRequest, "invalid_request_error"},
-		{"not JSON", "k1", `amount=1`, http.StatusBadRequest, "invalid_request_error"},
-		{"unknown field", "k1", `{"amount":1,"currency":"USD","payment_method":"pm","reference":"r","x":1}`, http.StatusBadRequest, "invalid_request_error"},
-		{"trailing data", "k1", validBody + `{}`, http.StatusBadRequest, "invalid_request_error"},
-		{"zero amount", "k1", `{"amount":0,"currency":"USD","payment_method":"pm","reference":"r"}`, http.StatusBadRequest, "invalid_request_error"},
-		{"fractional amount", "k1", `{"amount":1.5,"currency":"USD","payment_method":"pm","reference":"r"}`, http.StatusBadRequest, "invalid_request_error"},
-		{"lowercase currency", "k1", `{"amount":1,"currency":"usd","payment_method":"pm","reference":"r"}`, http.StatusBadRequest, "invalid_request_error"},
-		{"missing reference", "k1", `{"amount":1,"currency":"USD","payment_method":"pm"}`, http.StatusBadRequest, "invalid_request_error"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			w := postCharge(t, setup(t, 0), tt.key, tt.body)
-			if got := w.Code; got != tt.wantStatus {
-				t.Fatalf("status: got %d, want %d (body %s)", got, tt.wantStatus, w.Body)
-			}
-			var body struct {
-				Error struct{ Type string }
-			}
-			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
-				t.Fatalf("decode body %q: %v", w.Body, err)
-			}
-			if got := body.Error.Type; got != tt.wantType {
-				t.Errorf("error type: got %q, want %q", got, tt.wantType)
-			}
-		})
-	}
+// orderForm is intentForm for another order.
+func orderForm(orderID string) string {
+	return strings.Replace(intentForm, "metadata[order_id]=ord-1", "metadata[order_id]="+orderID, 1)
 }
 
-func TestChargeReplay(t *testing.T) {
-	t.Parallel()
-	sim := setup(t, 0)
-	first := postCharge(t, sim, "k1", validBody)
-	again := postCharge(t, sim, "k1", validBody)
-
-	if got, want := again.Code, first.Code; got != want {
-		t.Errorf("replay status: got %d, want %d", got, want)
-	}
-	if got, want := again.Body.String(), first.Body.String(); got != want {
-		t.Errorf("replay body: got %s, want %s", got, want)
-	}
-	if got := again.Header().Get("Idempotent-Replayed"); got != "true" {
-		t.Errorf("Idempotent-Replayed: got %q, want %q", got, "true")
-	}
-	if got := first.Header().Get("Idempotent-Replayed"); got != "" {
-		t.Errorf("first response Idempotent-Replayed: got %q, want none", got)
-	}
-	other := strings.Replace(validBody, "2598", "2599", 1)
-	if got, want := postCharge(t, sim, "k1", other).Code, http.StatusUnprocessableEntity; got != want {
-		t.Errorf("key reused with another amount: got %d, want %d", got, want)
-	}
-	if got, want := sim.Stats().TotalCharges, 1; got != want {
-		t.Errorf("total charges: got %d, want %d", got, want)
-	}
-}
-
-func TestChargeConcurrentSameKey(t *testing.T) {
+// Two creates with one key at once: the second is refused while the first is processing,
+// and only one charge is made.
+func TestCreateIntentConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		sim := setup(t, 200*time.Millisecond)
-		go postCharge(t, sim, "k1", validBody)
+		go createIntent(t, sim, "k1", intentForm)
 		synctest.Wait() // the first request is now processing
 
-		if got, want := postCharge(t, sim, "k1", validBody).Code, http.StatusConflict; got != want {
-			t.Errorf("concurrent request: got %d, want %d", got, want)
+		busy := createIntent(t, sim, "k1", intentForm)
+		if e := decode[errorBody](t, busy).Error; busy.Code != http.StatusConflict || e.Code != "idempotency_key_in_use" {
+			t.Errorf("concurrent request: got %d %s, want %d idempotency_key_in_use", busy.Code, busy.Body, http.StatusConflict)
 		}
 		<-sim.Idle()
 		if got, want := sim.Stats().TotalCharges, 1; got != want {
@@ -122,14 +65,13 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 	})
 }
 
-func TestChargeCompletesAfterClientLeaves(t *testing.T) {
+func TestCreateIntentCompletesAfterClientLeaves(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		sim := setup(t, time.Second)
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
-		header := http.Header{"Idempotency-Key": {"k1"}}
-		go do(t, ctx, sim, http.MethodPost, "/v1/charges", header, validBody)
+		go do(t, ctx, sim, http.MethodPost, "/v1/payment_intents", withHeader(stripeHeader, "Idempotency-Key", "k1"), intentForm)
 
 		time.Sleep(500 * time.Millisecond) // the client gave up 400 ms ago
 		synctest.Wait()
@@ -150,8 +92,10 @@ func TestChargeCompletesAfterClientLeaves(t *testing.T) {
 func TestDuplicateReferences(t *testing.T) {
 	t.Parallel()
 	sim := setup(t, 0)
-	postCharge(t, sim, "k1", validBody)
-	postCharge(t, sim, "k2", validBody) // a misbehaving client: new key, same order
+	chargeFor(t, sim, "k1", "ord-1")
+	chargeFor(t, sim, "k2", "ord-1") // a misbehaving client: new key, same order
+	chargeFor(t, sim, "k3", "ord-2")
+	createIntent(t, sim, "k4", strings.Replace(intentForm, "pm_card_visa", declinedMethod, 1)) // a decline is no charge
 
 	st := sim.Stats()
 	if got, want := st.ChargesByReference["ord-1"], 2; got != want {
@@ -165,22 +109,22 @@ func TestDuplicateReferences(t *testing.T) {
 	if got, want := sim.Stats(), (Stats{ChargesByReference: map[string]int{}}); !equalStats(got, want) {
 		t.Errorf("after reset: got %+v, want %+v", got, want)
 	}
-	if got, want := postCharge(t, sim, "k1", validBody).Header().Get("Idempotent-Replayed"), ""; got != want {
+	if got, want := createIntent(t, sim, "k1", intentForm).Header().Get("Idempotent-Replayed"), ""; got != want {
 		t.Errorf("key after reset replayed: got %q, want %q", got, want)
 	}
 }
 
 // A client that retries after the provider forgot its key charges the order a second time;
-// the duplicate count must see it, so it counts from the charge record, not from the keys.
+// the duplicate count must see it, so it counts from the PaymentIntents, not from the keys.
 func TestDuplicateReferencesAfterForgottenKey(t *testing.T) {
 	t.Parallel()
 	sim := New(Config{LedgerCap: 3})
 	for _, ref := range []string{"o1", "o2", "o3", "o4"} { // o4 evicts the key order-o1
 		chargeFor(t, sim, "order-"+ref, ref)
 	}
-	again := postCharge(t, sim, "order-o1", strings.Replace(validBody, "ord-1", "o1", 1))
-	if got := again.Header().Get("Idempotent-Replayed"); again.Code != http.StatusCreated || got != "" {
-		t.Fatalf("re-charge under the forgotten key: got %d, replayed %q; want a new 201", again.Code, got)
+	again := createIntent(t, sim, "order-o1", orderForm("o1"))
+	if got := again.Header().Get("Idempotent-Replayed"); again.Code != http.StatusOK || got != "" {
+		t.Fatalf("re-charge under the forgotten key: got %d, replayed %q; want a new 200", again.Code, got)
 	}
 
 	w := do(t, t.Context(), sim, http.MethodGet, "/admin/stats", nil, "")
@@ -209,7 +153,7 @@ func TestLedgerCap(t *testing.T) {
 	t.Parallel()
 	sim := New(Config{LedgerCap: 2})
 	for _, key := range []string{"k1", "k2", "k3"} {
-		postCharge(t, sim, key, strings.Replace(validBody, "ord-1", key, 1))
+		chargeFor(t, sim, key, key)
 	}
 	st := sim.Stats()
 	if got, want := st.IdempotencyKeys, 2; got != want {
@@ -237,7 +181,7 @@ func TestHealth(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	sim := setup(t, 0)
-	postCharge(t, sim, "k1", validBody)
+	chargeFor(t, sim, "k1", "ord-1")
 	w := do(t, t.Context(), sim, http.MethodGet, "/metrics", nil, "")
 	for _, want := range []string{
 		`paymentsim_charge_requests_total{outcome="succeeded"} 1`,

@@ -21,8 +21,8 @@ import (
 // new limit starts a new, full bucket.
 //
 // Only charges are limited. Stripe limits every request of an account, but what a limit does
-// to checkout shows in its charges, and leaving lookups and lists alone keeps the lookup that
-// settles an ambiguous charge answering while charges are refused.
+// to checkout shows in its charges, and leaving reads alone keeps the lookup that settles an
+// ambiguous charge answering while charges are refused.
 type chargeLimiter struct {
 	mu        sync.Mutex
 	perSecond int // the limit bucket was made for

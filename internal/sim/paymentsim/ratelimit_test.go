@@ -18,15 +18,15 @@ func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		sim := New(Config{RateLimit: 2})
-		postCharge(t, sim, "k1", validBody)
-		postCharge(t, sim, "k2", strings.Replace(validBody, "ord-1", "ord-2", 1))
-		third := strings.Replace(validBody, "ord-1", "ord-3", 1)
+		createIntent(t, sim, "k1", intentForm)
+		createIntent(t, sim, "k2", orderForm("ord-2"))
+		third := orderForm("ord-3")
 
 		// The next token comes in half a second, whatever was refused before: Retry-After
 		// rounds that up to one.
 		var w *httptest.ResponseRecorder
 		for i := range 5 {
-			w = postCharge(t, sim, "k3", third)
+			w = createIntent(t, sim, "k3", third)
 			if got, want := w.Code, http.StatusTooManyRequests; got != want {
 				t.Fatalf("third charge in a second, attempt %d: got %d, want %d", i+1, got, want)
 			}
@@ -49,14 +49,14 @@ func TestRateLimit(t *testing.T) {
 		if want := `paymentsim_charge_requests_total{outcome="rate_limited"} 5`; !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
 		}
-		if got, want := do(t, t.Context(), sim, http.MethodGet, "/v1/charges?reference=ord-3", nil, "").Code, http.StatusOK; got != want {
-			t.Errorf("lookup over the charge rate: got %d, want %d", got, want)
+		if got, want := do(t, t.Context(), sim, http.MethodGet, "/v1/payment_intents", stripeHeader, "").Code, http.StatusOK; got != want {
+			t.Errorf("list over the charge rate: got %d, want %d", got, want)
 		}
 
 		time.Sleep(time.Second)
-		again := postCharge(t, sim, "k3", third)
-		if again.Code != http.StatusCreated || again.Header().Get("Idempotent-Replayed") != "" {
-			t.Errorf("the same charge after Retry-After: got %d, replayed %q; want a new 201", again.Code, again.Header().Get("Idempotent-Replayed"))
+		again := createIntent(t, sim, "k3", third)
+		if again.Code != http.StatusOK || again.Header().Get("Idempotent-Replayed") != "" {
+			t.Errorf("the same charge after Retry-After: got %d, replayed %q; want a new 200", again.Code, again.Header().Get("Idempotent-Replayed"))
 		}
 	})
 }
@@ -88,7 +88,7 @@ func TestRateLimitInForce(t *testing.T) {
 				}
 				passed := 0
 				for i := range 10 {
-					if postCharge(t, sim, "k"+strconv.Itoa(i), validBody).Code == http.StatusCreated {
+					if createIntent(t, sim, "k"+strconv.Itoa(i), intentForm).Code == http.StatusOK {
 						passed++
 					}
 				}

@@ -2,94 +2,137 @@ package paymentsim
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-// lookup asks the simulator's handler for query's charges; status 0 means no answer.
-func lookup(t *testing.T, ctx context.Context, h http.Handler, query string) (int, []charge) {
+// list asks the simulator's handler for a page of the PaymentIntents list; status 0 means no
+// answer.
+func list(t *testing.T, ctx context.Context, h http.Handler, query string) (status int, page []intentBody, hasMore bool) {
 	t.Helper()
-	w := do(t, ctx, h, http.MethodGet, "/v1/charges?"+query, nil, "")
+	w := do(t, ctx, h, http.MethodGet, "/v1/payment_intents?"+query, stripeHeader, "")
 	if w.Body.Len() == 0 {
-		return 0, nil
+		return 0, nil, false
 	}
 	if w.Code != http.StatusOK {
-		return w.Code, nil
+		return w.Code, nil, false
 	}
-	var body struct {
-		Data *[]charge `json:"data"`
+	body := decode[struct {
+		Object  string
+		HasMore bool `json:"has_more"`
+		Data    *[]intentBody
+	}](t, w)
+	if body.Object != "list" || body.Data == nil {
+		t.Fatalf("GET /v1/payment_intents?%s: body %s: want a list with \"data\": [...]", query, w.Body)
 	}
-	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Data == nil {
-		t.Fatalf("GET /v1/charges?%s: body %s: want {\"data\": [...]} (%v)", query, w.Body, err)
-	}
-	return w.Code, *body.Data
+	return w.Code, *body.Data, body.HasMore
 }
 
-// chargeFor charges reference under key and returns the 201 body's charge.
-func chargeFor(t *testing.T, h http.Handler, key, reference string) charge {
-	t.Helper()
-	w := postCharge(t, h, key, strings.Replace(validBody, "ord-1", reference, 1))
-	if w.Code != http.StatusCreated {
-		t.Fatalf("charge %s under %s: status %d (%s)", reference, key, w.Code, w.Body)
+// ids returns the intents' ids, in order.
+func ids(page []intentBody) []string {
+	out := make([]string, len(page))
+	for i, pi := range page {
+		out[i] = pi.ID
 	}
-	var ch charge
-	if err := json.Unmarshal(w.Body.Bytes(), &ch); err != nil {
-		t.Fatal(err)
-	}
-	return ch
+	return out
 }
 
-func TestLookup(t *testing.T) {
+// TestListHoldsEveryIntent: every create makes one PaymentIntent, whatever its outcome, and
+// a replay makes none; a reset forgets them all.
+func TestListHoldsEveryIntent(t *testing.T) {
 	t.Parallel()
 	sim := setup(t, 0)
-	if code, got := lookup(t, t.Context(), sim, "reference=ord-1"); code != http.StatusOK || len(got) != 0 {
-		t.Fatalf("before any charge: got %d %v, want 200 and no charges", code, got)
+	if code, got, _ := list(t, t.Context(), sim, ""); code != http.StatusOK || len(got) != 0 {
+		t.Fatalf("before any create: got %d %v, want 200 and no PaymentIntents", code, got)
 	}
 
 	first := chargeFor(t, sim, "k1", "ord-1")
-	chargeFor(t, sim, "k1", "ord-1") // a replay is no new charge
-	declined := strings.Replace(validBody, "pm_card_visa", declinedMethod, 1)
-	postCharge(t, sim, "k2", declined) // a decline is no charge
+	chargeFor(t, sim, "k1", "ord-1") // a replay is no new intent
+	declined := decode[errorBody](t, createIntent(t, sim, "k2", strings.Replace(intentForm, "pm_card_visa", declinedMethod, 1))).Error.PaymentIntent
 	second := chargeFor(t, sim, "k3", "ord-1")
-	chargeFor(t, sim, "k4", "ord-2")
+	other := chargeFor(t, sim, "k4", "ord-2")
 
-	code, got := lookup(t, t.Context(), sim, "reference=ord-1")
-	if want := []charge{first, second}; code != http.StatusOK || len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("lookup ord-1: got %d %+v, want 200 %+v (oldest first, as in the 201 bodies)", code, got, want)
+	code, got, _ := list(t, t.Context(), sim, "")
+	want := []intentBody{other, second, *declined, first}
+	if code != http.StatusOK || !slices.EqualFunc(got, want, sameIntent) {
+		t.Errorf("list: got %d %+v, want 200 %+v (newest first, as in the create answers)", code, got, want)
 	}
 
 	sim.Reset()
-	if _, got := lookup(t, t.Context(), sim, "reference=ord-1"); len(got) != 0 {
-		t.Errorf("after reset: got %+v, want no charges", got)
+	if _, got, _ := list(t, t.Context(), sim, ""); len(got) != 0 {
+		t.Errorf("after reset: got %+v, want no PaymentIntents", got)
 	}
 }
 
-func TestLookupRejectsBadQueries(t *testing.T) {
+func sameIntent(a, b intentBody) bool {
+	return a.ID == b.ID && a.Status == b.Status && a.Amount == b.Amount && a.Currency == b.Currency &&
+		a.Created == b.Created && a.Metadata["order_id"] == b.Metadata["order_id"] && (a.LatestCharge == nil) == (b.LatestCharge == nil)
+}
+
+// TestListWalk: walked page by page from each page's last intent, the list yields every
+// intent once, newest first; one created while the walk is under way is newer than where
+// the walk began, and ending_before the walk's first intent finds it. created[gte] and
+// created[lte] bound a window of creation times, in Unix seconds, both ends inclusive.
+func TestListWalk(t *testing.T) {
 	t.Parallel()
-	for _, query := range []string{
-		"reference=",
-		"reference=a%20b",
-		"reference=" + strings.Repeat("r", 256),
-		"reference=ord-1&reference=ord-2",
-		"reference=ord-1&limit=10",
-		"ref=ord-1",
-	} {
-		t.Run(query, func(t *testing.T) {
-			t.Parallel()
-			if code, _ := lookup(t, t.Context(), setup(t, 0), query); code != http.StatusBadRequest {
-				t.Errorf("GET /v1/charges?%s: got %d, want %d", query, code, http.StatusBadRequest)
+	synctest.Test(t, func(t *testing.T) {
+		sim := setup(t, 0)
+		var (
+			want    []string // newest first
+			created []int64
+		)
+		for i := range 5 {
+			pi := chargeFor(t, sim, fmt.Sprint("key-", i), fmt.Sprint("ord-", i))
+			want = slices.Insert(want, 0, pi.ID)
+			created = append(created, pi.Created)
+			time.Sleep(time.Second)
+		}
+
+		var got []string
+		late := ""
+		for after := ""; ; {
+			q := url.Values{"limit": {"2"}}
+			if after != "" {
+				q.Set("starting_after", after)
 			}
-		})
-	}
+			code, page, more := list(t, t.Context(), sim, q.Encode())
+			if code != http.StatusOK {
+				t.Fatalf("page after %q: status %d", after, code)
+			}
+			for _, pi := range page {
+				got = append(got, pi.ID)
+				after = pi.ID
+			}
+			if late == "" { // made while the walk is under way
+				late = chargeFor(t, sim, "key-late", "ord-late").ID
+			}
+			if !more {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("walked %v, want every intent once, newest first: %v", got, want)
+		}
+		if _, page, _ := list(t, t.Context(), sim, url.Values{"ending_before": {want[0]}}.Encode()); !slices.Equal(ids(page), []string{late}) {
+			t.Errorf("ending_before the walk's first: got %v, want the intent made during the walk, %s", ids(page), late)
+		}
+
+		window := url.Values{"created[gte]": {fmt.Sprint(created[1])}, "created[lte]": {fmt.Sprint(created[3])}}
+		if _, page, _ := list(t, t.Context(), sim, window.Encode()); !slices.Equal(ids(page), want[1:4]) {
+			t.Errorf("intents created from the second to the fourth: got %v, want %v", ids(page), want[1:4])
+		}
+	})
 }
 
-// The lookup answers from the charge record, which outlives the bounded key cache: a caller
-// whose key was forgotten still learns that its order was charged.
-func TestLookupOutlivesForgottenKeys(t *testing.T) {
+// The list answers from the PaymentIntents kept, which outlive the bounded key cache: a
+// caller whose key was forgotten still learns that its order was charged.
+func TestIntentsOutliveForgottenKeys(t *testing.T) {
 	t.Parallel()
 	sim := New(Config{LedgerCap: 2})
 	want := chargeFor(t, sim, "order-o1", "o1")
@@ -99,22 +142,26 @@ func TestLookupOutlivesForgottenKeys(t *testing.T) {
 	if got := sim.Stats().IdempotencyKeys; got != 2 {
 		t.Fatalf("keys kept: got %d, want 2", got)
 	}
-	if _, got := lookup(t, t.Context(), sim, "reference=o1"); len(got) != 1 || got[0] != want {
-		t.Errorf("lookup o1 after its key was forgotten: got %+v, want [%+v]", got, want)
+	w := do(t, t.Context(), sim, http.MethodGet, "/v1/payment_intents/"+want.ID, stripeHeader, "")
+	if got := decode[intentBody](t, w); w.Code != http.StatusOK || !sameIntent(got, want) {
+		t.Errorf("retrieve o1's intent after its key was forgotten: got %d %+v, want %+v", w.Code, got, want)
+	}
+	if _, page, _ := list(t, t.Context(), sim, ""); len(page) != 3 || !sameIntent(page[2], want) {
+		t.Errorf("list after o1's key was forgotten: got %+v, want o1's intent last of three", page)
 	}
 }
 
-// The charge record is bounded too, by charges: the oldest charge goes first, whatever its
-// reference, and never before its key (a cap below the key cache's is raised to it).
+// The PaymentIntents kept are bounded too, by intents: the oldest goes first, whatever its
+// order, and never before its key (a cap below the key cache's is raised to it).
 func TestChargeCap(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name              string
 		ledgerCap, charge int
-		wantKept          []string // references still found after charging a, b, a, c
+		wantKept          []string // orders still listed after charging a, b, a, c
 	}{
-		{"cap of three charges", 1, 3, []string{"a", "b", "c"}},
-		{"cap of two charges", 1, 2, []string{"a", "c"}},
+		{"cap of three intents", 1, 3, []string{"a", "b", "c"}},
+		{"cap of two intents", 1, 2, []string{"a", "c"}},
 		{"cap below the key cache raised to it", 3, 1, []string{"a", "b", "c"}},
 		{"default: ten times the key cache", 1, 0, []string{"a", "b", "c"}},
 	}
@@ -123,23 +170,27 @@ func TestChargeCap(t *testing.T) {
 			t.Parallel()
 			sim := New(Config{LedgerCap: tt.ledgerCap, ChargeCap: tt.charge})
 			for i, ref := range []string{"a", "b", "a", "c"} {
-				chargeFor(t, sim, "k"+string(rune('0'+i)), ref)
+				chargeFor(t, sim, fmt.Sprint("k", i), ref)
 			}
+			_, page, _ := list(t, t.Context(), sim, "limit=100")
 			var kept []string
-			for _, ref := range []string{"a", "b", "c"} {
-				if _, got := lookup(t, t.Context(), sim, "reference="+ref); len(got) > 0 {
-					kept = append(kept, ref)
-				}
+			for _, pi := range page {
+				kept = append(kept, pi.Metadata["order_id"])
 			}
-			if strings.Join(kept, ",") != strings.Join(tt.wantKept, ",") {
-				t.Errorf("references found: got %v, want %v", kept, tt.wantKept)
+			// The duplicate count counts from the same intents the list shows.
+			if got, want := sim.Stats().ChargesByReference["a"], strings.Count(strings.Join(kept, ""), "a"); got != want {
+				t.Errorf("charges of a counted: got %d, want the %d listed", got, want)
+			}
+			slices.Sort(kept)
+			if kept = slices.Compact(kept); !slices.Equal(kept, tt.wantKept) {
+				t.Errorf("orders listed: got %v, want %v", kept, tt.wantKept)
 			}
 		})
 	}
 }
 
-// A provider outage takes its lookup down with its charges.
-func TestLookupFaults(t *testing.T) {
+// A provider outage takes its reads down with its creates: retrieve, list and search alike.
+func TestReadFaults(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		fault      string
@@ -154,35 +205,39 @@ func TestLookupFaults(t *testing.T) {
 		t.Run(tt.fault, func(t *testing.T) {
 			t.Parallel()
 			sim := setup(t, 0)
+			id := chargeFor(t, sim, "k1", "ord-1").ID
 			addFault(t, sim, tt.fault)
-			if got, _ := lookup(t, t.Context(), sim, "reference=ord-1"); got != tt.wantStatus {
-				t.Errorf("status: got %d, want %d", got, tt.wantStatus)
+			search := url.Values{"query": {"metadata['order_id']:'ord-1'"}}.Encode()
+			for _, path := range []string{"/v1/payment_intents", "/v1/payment_intents/" + id, "/v1/payment_intents/search?" + search} {
+				if got := do(t, t.Context(), sim, http.MethodGet, path, stripeHeader, "").Code; got != tt.wantStatus {
+					t.Errorf("GET %s: got %d, want %d", path, got, tt.wantStatus)
+				}
 			}
 		})
 	}
 }
 
-func TestLookupLatencyAndHang(t *testing.T) {
+func TestReadLatencyAndHang(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		sim := setup(t, 200*time.Millisecond)
 		addFault(t, sim, `{"latency":"1s","duration":"2s"}`)
 		began := time.Now()
-		lookup(t, t.Context(), sim, "reference=ord-1")
+		list(t, t.Context(), sim, "")
 		if got, want := time.Since(began), 1200*time.Millisecond; got != want {
-			t.Errorf("lookup under a latency fault took %v, want %v", got, want)
+			t.Errorf("list under a latency fault took %v, want %v", got, want)
 		}
 
 		time.Sleep(time.Second) // the latency fault is over
 		addFault(t, sim, `{"hang":true,"duration":"5s"}`)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		if code, _ := lookup(t, ctx, sim, "reference=ord-1"); code != 0 {
-			t.Errorf("hung lookup whose client gave up: got %d, want no answer", code)
+		if code, _, _ := list(t, ctx, sim, ""); code != 0 {
+			t.Errorf("hung list whose client gave up: got %d, want no answer", code)
 		}
 		began = time.Now()
-		if code, _ := lookup(t, t.Context(), sim, "reference=ord-1"); code != http.StatusOK {
-			t.Errorf("patient lookup: got %d, want 200", code)
+		if code, _, _ := list(t, t.Context(), sim, ""); code != http.StatusOK {
+			t.Errorf("patient list: got %d, want 200", code)
 		}
 		if got, want := time.Since(began), 4*time.Second; got < want {
 			t.Errorf("hung for %v, want at least %v", got, want)

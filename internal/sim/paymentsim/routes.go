@@ -3,12 +3,9 @@ package paymentsim
 import "github.com/resilientcheckout/checkout/internal/sim/simulator"
 
 // routes lists every endpoint in one place: the provider protocol here (the PaymentIntents
-// subset of Stripe's API, see intent.go, beside the older charges protocol),
-// /health, /metrics and the admin API (faults, stats, reset) in
-// simulator.Routes.
+// subset of Stripe's API, see intent.go), /health, /metrics and the admin API (faults,
+// stats, reset) in simulator.Routes.
 func (s *Simulator) routes() {
-	s.srv.Handle("POST /v1/charges", s.handleCharge())
-	s.srv.Handle("GET /v1/charges", s.handleLookup())
 	s.srv.Handle("POST /v1/payment_intents", s.handleCreateIntent())
 	s.srv.Handle("GET /v1/payment_intents", s.handleListIntents())
 	s.srv.Handle("GET /v1/payment_intents/{id}", s.handleRetrieveIntent())

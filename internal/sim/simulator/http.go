@@ -70,7 +70,7 @@ func WriteError(w http.ResponseWriter, status int, typ, message string) {
 	WriteJSON(w, status, ErrorBody(typ, message))
 }
 
-// IsCurrency reports whether s is a currency code as both protocols write
+// IsCurrency reports whether s is a currency code as the catalog writes
 // one: three uppercase ASCII letters.
 func IsCurrency(s string) bool {
 	if len(s) != 3 {
