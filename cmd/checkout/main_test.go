@@ -122,7 +122,7 @@ func TestBadConfigurationFailsNamingTheVariable(t *testing.T) {
 	tests := []struct{ name, value string }{
 		{"HTTP_ADDR", "8080"},
 		{"DATABASE_URL", "mysql://db/app"},
-		{"PAYMENT_URL", "not a url"},
+		{"STRIPE_API_BASE", "not a url"},
 		{"RESILIENCE_MODE", "fast"},
 		{"DB_MAX_CONNS", "0"},
 		{"DB_STATEMENT_TIMEOUT", "2"},

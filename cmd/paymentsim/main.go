@@ -1,6 +1,6 @@
 // Command paymentsim runs the payment provider simulator that checkout and the worker charge
-// through PAYMENT_URL. `paymentsim healthcheck` probes a running instance (for container
-// healthchecks, as the runtime image has no curl).
+// when STRIPE_API_BASE names it. `paymentsim healthcheck` probes a running instance (for
+// container healthchecks, as the runtime image has no curl).
 package main
 
 import (

@@ -16,21 +16,16 @@ import (
 const LocalSecretKey = "sk_test_local"
 
 // Payment reads the provider's settings, which checkout and the worker share:
-// STRIPE_API_BASE (Stripe's API by default; PAYMENT_URL, the name earlier releases read,
-// is accepted when STRIPE_API_BASE is unset) and the secret key, STRIPE_SECRET_KEY or the
+// STRIPE_API_BASE (Stripe's API by default) and the secret key, STRIPE_SECRET_KEY or the
 // file STRIPE_SECRET_KEY_FILE names (a mounted secret). The key is refused when missing
 // for an https provider, when it is no Stripe secret key, or when a live key would travel
 // over plain http; no error repeats it. Those key errors are returned apart from the
 // Reader's, for the commands that call the provider to refuse to start with (serve), while
 // the ones that do not (migrate, reconcile's report, breaker) run without a key.
 func (r *Reader) Payment() (payment.Config, error) {
-	name, def := "STRIPE_API_BASE", payment.StripeAPIBase
-	if legacy := r.OptionalURL("PAYMENT_URL", "http", "https"); legacy != "" && r.lookup(name) == "" {
-		name, def = "PAYMENT_URL", legacy
-	}
-	cfg := payment.Config{BaseURL: strings.TrimRight(r.URL("STRIPE_API_BASE", def, "http", "https"), "/")}
+	cfg := payment.Config{BaseURL: strings.TrimRight(r.URL("STRIPE_API_BASE", payment.StripeAPIBase, "http", "https"), "/")}
 	if u, err := url.Parse(cfg.BaseURL); err == nil && strings.Trim(u.Path, "/") != "" {
-		r.errs = append(r.errs, fmt.Errorf("%s: want the API's base URL without a path (the client adds /v1/…)", name))
+		r.errs = append(r.errs, errors.New("STRIPE_API_BASE: want the API's base URL without a path (the client adds /v1/…)"))
 	}
 	key, source, err := r.secretKey()
 	switch {
@@ -38,7 +33,7 @@ func (r *Reader) Payment() (payment.Config, error) {
 	case key == "" && strings.HasPrefix(cfg.BaseURL, "http://"):
 		key = LocalSecretKey
 	case key == "" && source == "":
-		err = fmt.Errorf("STRIPE_SECRET_KEY not set: %s=%s needs a secret key (or STRIPE_SECRET_KEY_FILE)", name, cfg.BaseURL)
+		err = fmt.Errorf("STRIPE_SECRET_KEY not set: STRIPE_API_BASE=%s needs a secret key (or STRIPE_SECRET_KEY_FILE)", cfg.BaseURL)
 	case key == "":
 		err = fmt.Errorf("%s: the key is empty", source)
 	case !isSecretKey(key):

@@ -10,10 +10,10 @@ import (
 	"github.com/resilientcheckout/checkout/internal/payment"
 )
 
-// TestPayment: the provider is Stripe unless STRIPE_API_BASE (or the older PAYMENT_URL) says
-// otherwise; a key is required for an https provider, read from the environment or a file,
-// must look like a Stripe secret key, and a live one never goes over plain http. A local
-// provider on http gets the test key the simulators accept. No error repeats the key.
+// TestPayment: the provider is Stripe unless STRIPE_API_BASE says otherwise; a key is
+// required for an https provider, read from the environment or a file, must look like a
+// Stripe secret key, and a live one never goes over plain http. A local provider on http gets
+// the test key the simulators accept. No error repeats the key.
 func TestPayment(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "key")
@@ -32,8 +32,7 @@ func TestPayment(t *testing.T) {
 		{name: "a key from a file", env: map[string]string{"STRIPE_SECRET_KEY_FILE": file}, wantBase: payment.StripeAPIBase, wantKey: "sk_live_fromfile"},
 		{name: "a restricted key", env: map[string]string{"STRIPE_SECRET_KEY": "rk_live_abc"}, wantBase: payment.StripeAPIBase, wantKey: "rk_live_abc"},
 		{name: "the simulator on http", env: map[string]string{"STRIPE_API_BASE": "http://paymentsim:8082"}, wantBase: "http://paymentsim:8082", wantKey: envconfig.LocalSecretKey},
-		{name: "the older name", env: map[string]string{"PAYMENT_URL": "http://localhost:8082/"}, wantBase: "http://localhost:8082", wantKey: envconfig.LocalSecretKey},
-		{name: "the new name wins", env: map[string]string{"PAYMENT_URL": "http://old:1", "STRIPE_API_BASE": "http://new:2"}, wantBase: "http://new:2", wantKey: envconfig.LocalSecretKey},
+		{name: "a trailing slash", env: map[string]string{"STRIPE_API_BASE": "http://localhost:8082/"}, wantBase: "http://localhost:8082", wantKey: envconfig.LocalSecretKey},
 		{name: "a publishable key", env: map[string]string{"STRIPE_SECRET_KEY": "pk_live_secretish"}, wantBase: payment.StripeAPIBase, wantErr: "want a Stripe secret key"},
 		{name: "a live key over http", env: map[string]string{"STRIPE_API_BASE": "http://proxy:8080", "STRIPE_SECRET_KEY": "sk_live_secretish"},
 			wantBase: "http://proxy:8080", wantErr: "plain http"},

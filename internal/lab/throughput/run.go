@@ -237,7 +237,7 @@ func (r *runner) stack(ctx context.Context, variant string, run int, database st
 		// A provider that answers at once: no latency, no jitter.
 		err = start("paymentsim", r.bin("paymentsim"), nil, "PAYMENTSIM_LATENCY=0s", "PAYMENTSIM_JITTER=0s")
 		if err == nil {
-			payment := "PAYMENT_URL=" + ps[0].url
+			payment := "STRIPE_API_BASE=" + ps[0].url
 			err = start("worker", r.bin("worker"), nil, append([]string{dbURL, payment}, r.cfg.WorkerEnv...)...)
 			if err == nil {
 				err = start("checkout", r.bin("checkout"), nil, checkoutEnv(dbURL, payment, r.cfg.CheckoutEnv)...)

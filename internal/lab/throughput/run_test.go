@@ -24,7 +24,7 @@ func TestCheckoutEnvTurnsTheRateLimitOff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command("env")
-			cmd.Env = checkoutEnv("DATABASE_URL=postgres://x/y", "PAYMENT_URL=http://127.0.0.1:1", tt.extra)
+			cmd.Env = checkoutEnv("DATABASE_URL=postgres://x/y", "STRIPE_API_BASE=http://127.0.0.1:1", tt.extra)
 			got := slices.DeleteFunc(cmd.Environ(), func(kv string) bool { return !strings.HasPrefix(kv, "RATE_LIMIT=") })
 			if !slices.Equal(got, []string{tt.want}) {
 				t.Errorf("checkout's environment has %q, want [%s]", got, tt.want)
