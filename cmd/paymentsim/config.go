@@ -56,8 +56,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if err := env.Err(); err != nil {
 		return cfg, err
 	}
-	// A charge record smaller than the key cache would forget charges whose keys the
-	// provider still replays, and the lookup would contradict the replay.
+	// A record of PaymentIntents smaller than the key cache would forget intents whose keys
+	// the provider still replays, and the list would contradict the replay.
 	if cfg.ChargeCap != 0 && cfg.ChargeCap < cfg.LedgerCap {
 		return cfg, fmt.Errorf("PAYMENTSIM_CHARGE_CAP=%d: want at least PAYMENTSIM_LEDGER_CAP (%d)", cfg.ChargeCap, cfg.LedgerCap)
 	}

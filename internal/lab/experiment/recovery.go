@@ -20,7 +20,7 @@ type Recovery struct {
 	// was active (all of them answered 503 in a down fault; held for the fault's latency
 	// in a latency fault).
 	ChargesDuringFault int `json:"charges_during_fault"`
-	// LookupsDuringFault counts the lookups (and charge lists) it received meanwhile:
+	// LookupsDuringFault counts the reads (lookups, list walks) it received meanwhile:
 	// questions that charge nothing, such as the probe sent before a charge over a limit
 	// full of held calls.
 	LookupsDuringFault int `json:"lookups_during_fault"`
