@@ -12,11 +12,9 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-// State is a circuit breaker state.
+// State is a breaker state, numbered as in gobreaker and resilience_breaker_state.
 type State uint8
 
-// The states, numbered as gobreaker numbers them (and as the
-// resilience_breaker_state gauge reports them).
 const (
 	StateClosed   = State(gobreaker.StateClosed)
 	StateHalfOpen = State(gobreaker.StateHalfOpen)
@@ -34,56 +32,37 @@ var (
 	ErrTooManyRequests = errors.New("resilience: circuit breaker is half-open and its probes are in flight")
 )
 
-// What a call reports to gobreaker. The caller's classifier has already
-// judged the call's error, so gobreaker's callbacks only compare sentinels
-// and never run caller code under gobreaker's lock.
+// What a call reports to gobreaker: the classifier has judged the error
+// already, so gobreaker's callbacks never run caller code under its lock.
 var (
 	errReportFailure  = errors.New("failure")
 	errReportSlow     = errors.New("slow call")
 	errReportExcluded = errors.New("excluded")
 )
 
-// breaker is gobreaker's two-step breaker plus the two rules it lacks: a
-// count window judged by failure rate, and slow calls counted while they
-// are still running.
+// breaker is gobreaker's two-step breaker plus a count window and an in-flight slow rule.
 type breaker struct {
-	cb          *gobreaker.TwoStepCircuitBreaker[struct{}]
-	slowAfter   time.Duration
-	openFor     time.Duration // OpenDuration plus this instance's jitter
-	minCalls    int
-	failureRate float64
-	slowRate    float64
+	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
+	slowAfter time.Duration
+	openFor   time.Duration // with this instance's jitter: gobreaker fixes it per instance
 
-	// win is only touched from gobreaker's callbacks (IsSuccessful,
-	// ReadyToTrip, OnStateChange), which all run under gobreaker's mutex,
-	// so it needs no lock of its own.
-	win window
-	// winStale asks record, under gobreaker's lock, to empty the window
-	// before it counts the next outcome (see Policy.Release).
+	// win is touched only from gobreaker's callbacks, under its mutex, so it
+	// needs no lock of its own; winStale asks record to empty it first
+	// (Policy.Release).
+	win      window
 	winStale atomic.Bool
 
-	// openUntil is when the open state ends, as an offset from epoch (a
-	// monotonic reading); 0 once the breaker has closed. OnStateChange
-	// writes it under gobreaker's lock; RetryAfter and refusesNow read it
-	// without locks, hence the atomic.
+	// openUntil is when the open state ends, a monotonic offset from epoch;
+	// 0 once closed. Written under gobreaker's lock, read without one.
 	epoch     time.Time
 	openUntil atomic.Int64
 
-	// gate is the state a fleet coordinator imposed (see Imposed), nil
-	// when the local breaker decides alone; the per-call path reads it
-	// with one atomic load. events carries transitions and probe verdicts
-	// to that coordinator.
-	gate   atomic.Pointer[gate]
-	events *eventQueue
-	// demand counts calls asked of the breaker, admitted or not, so a
-	// coordinator can tell a process with traffic from an idle one.
-	demand atomic.Int64
+	gate   atomic.Pointer[gate] // the state a fleet coordinator imposed; nil: the local breaker decides
+	events *eventQueue          // transitions and probe verdicts, for that coordinator
+	demand atomic.Int64         // calls asked of the breaker, admitted or not (Policy.Demand)
 
-	calls callCounters
-	// limit hears of each call still in flight when it is late (see
-	// limiter.lateAfter), at or before the slow threshold the slow-call rule
-	// counts, so it can shrink before the call completes. Set once by New, before any call.
-	limit       *limiter
+	calls       callCounters
+	limit       *limiter // hears of a call in flight when it is late; set once by New
 	stateGauge  prometheus.Gauge
 	transitions *prometheus.CounterVec
 	imposed     *prometheus.CounterVec
@@ -91,18 +70,14 @@ type breaker struct {
 	name        string
 	log         *slog.Logger
 
-	// pool recycles call trackers, timers included, so the closed path
-	// does not allocate a timer per call.
+	// pool recycles call trackers, so the closed path allocates no timers.
 	pool sync.Pool
 }
 
 func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(int64) int64) *breaker {
 	b := &breaker{
 		slowAfter:   cfg.SlowCallThreshold,
-		openFor:     cfg.OpenDuration,
-		minCalls:    cfg.MinCalls,
-		failureRate: cfg.FailureRate,
-		slowRate:    cfg.SlowCallRate,
+		openFor:     cfg.BreakDuration(rnd),
 		win:         newWindow(cfg.WindowSize),
 		epoch:       time.Now(),
 		calls:       m.callCounters(name),
@@ -114,12 +89,6 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		name:        name,
 		log:         log,
 	}
-	// gobreaker fixes the open duration per instance, so the jitter is per
-	// instance too. That is what keeps replicas that opened together from
-	// probing the recovering dependency in lockstep.
-	if cfg.OpenJitter > 0 {
-		b.openFor += time.Duration(rnd(int64(cfg.OpenJitter)))
-	}
 	b.pool.New = func() any {
 		c := &call{b: b}
 		c.timer = time.AfterFunc(time.Hour, c.onTimer)
@@ -129,12 +98,10 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        name,
 		MaxRequests: uint32(cfg.HalfOpenProbes),
-		// Interval 0: gobreaker never clears its own counts while closed.
-		// The count window does the forgetting, and ReadyToTrip ignores
-		// gobreaker's counts.
+		// 0: gobreaker never clears its counts, which ReadyToTrip ignores.
 		Interval:      0,
 		Timeout:       b.openFor,
-		ReadyToTrip:   func(gobreaker.Counts) bool { return b.win.tripped(b.minCalls, b.failureRate, b.slowRate) },
+		ReadyToTrip:   func(gobreaker.Counts) bool { return b.win.tripped(cfg.MinCalls, cfg.FailureRate, cfg.SlowCallRate) },
 		OnStateChange: b.onStateChange,
 		IsExcluded:    func(err error) bool { return errors.Is(err, errReportExcluded) },
 		IsSuccessful:  b.record,
@@ -145,12 +112,9 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 	return b
 }
 
-// record adds a reported outcome to the count window. gobreaker calls it
-// (as IsSuccessful) exactly once per outcome it counts, under its lock, and
-// only after discarding outcomes of calls admitted before the last state
-// change. Recording here keeps the window in step with gobreaker's
-// generations: a hung call that finally returns after the breaker opened
-// cannot pollute the next window.
+// record adds a reported outcome to the window. gobreaker calls it, under
+// its lock, only for calls admitted since the last state change, so a hung
+// call that returns after the breaker opened cannot pollute the next window.
 func (b *breaker) record(err error) bool {
 	if b.winStale.CompareAndSwap(true, false) {
 		b.win.reset()
@@ -167,9 +131,7 @@ func (b *breaker) record(err error) bool {
 	return false
 }
 
-// onStateChange runs under gobreaker's lock, so it must not call back into
-// the breaker: it reads and resets the window (guarded by that same lock),
-// records when the open state ends, and reports.
+// onStateChange runs under gobreaker's lock: it must not call the breaker.
 func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	now := time.Now()
 	cause := b.win
@@ -198,13 +160,11 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 	)
 }
 
-// state asks gobreaker, which also moves an expired open state to
-// half-open.
+// state asks gobreaker, which also moves an expired open state on.
 func (b *breaker) state() State { return State(b.cb.State()) }
 
 // effectiveState is the state calls meet: an imposed state while it holds
-// (open for its open part, half-open while only the fleet's probes may
-// pass), else the local breaker's, as allow decides.
+// (half-open while only the fleet's probes may pass), else the local one.
 func (b *breaker) effectiveState() State {
 	if g := b.gate.Load(); g != nil {
 		switch now := b.now(); {
@@ -217,10 +177,7 @@ func (b *breaker) effectiveState() State {
 	return b.state()
 }
 
-// retryAfter is how long until the breaker lets a call through: what is
-// left of an imposed state (its open part, or, while probes are out, until
-// their answer is due, answerWithin after they went), or else of the local
-// open state; 0 when neither refuses.
+// retryAfter is what is left of an imposed or the local open state, if any.
 func (b *breaker) retryAfter(answerWithin time.Duration) time.Duration {
 	now := b.now()
 	if g := b.gate.Load(); g != nil && now < g.holdUntil {
@@ -228,10 +185,8 @@ func (b *breaker) retryAfter(answerWithin time.Duration) time.Duration {
 		case now < g.openUntil:
 			return g.openUntil - now
 		case g.probes == 0 || g.permits.Load() <= 0:
-			// Probes are out, another process's or this one's: their
-			// verdict comes within an attempt timeout and ends the
-			// hold at once, so a caller told to wait the whole hold
-			// would sleep through a recovery.
+			// Probes are out: their verdict, due within answerWithin, ends
+			// the hold, and a caller waiting it out would miss a recovery.
 			return min(g.holdUntil-now, answerWithin)
 		}
 		return 0 // this process probes for the fleet
@@ -243,17 +198,12 @@ func (b *breaker) retryAfter(answerWithin time.Duration) time.Duration {
 	return max(time.Duration(until)-now, 0)
 }
 
-// allow asks gobreaker to admit a call. The tracker it returns must be
-// finished exactly once (finish or reject).
-//
-// Before gobreaker, one atomic read: the state a fleet coordinator
-// imposed. It touches no store.
+// allow asks the imposed state, then gobreaker, to admit a call; finish its tracker once.
 func (b *breaker) allow() (*call, error) {
 	b.demand.Add(1)
 	var probe *gate
 	if g := b.gate.Load(); g != nil {
-		now := b.now()
-		isProbe, err := g.admit(now)
+		isProbe, err := g.admit(b.now())
 		if err != nil {
 			return nil, b.rejected(err)
 		}
@@ -280,10 +230,8 @@ func (b *breaker) allow() (*call, error) {
 	return c, nil
 }
 
-// refusesNow (L8) is the refusal a call admitted earlier would meet now, nil if
-// none: a state the fleet imposed since (open, or half-open with the probes
-// not this call's), or the local open state. The stack asks it once the
-// call has its slot of the limit, whose wait may outlast the verdict.
+// refusesNow (L8) is the refusal a call admitted earlier would meet now, if
+// any: the wait for its slot may outlast the verdict it was admitted under.
 func (b *breaker) refusesNow(c *call) error {
 	now := b.now()
 	if g := b.gate.Load(); g != nil && c.probe != g && now < g.holdUntil {
@@ -304,8 +252,7 @@ func (b *breaker) rejected(err error) error {
 	return b.rejectedReason(err)
 }
 
-// rejectedReason counts a refusal's reason only, for a call whose outcome
-// its tracker counts, and returns it.
+// rejectedReason counts only the reason, for a call its tracker counts.
 func (b *breaker) rejectedReason(err error) error {
 	if errors.Is(err, ErrOpen) {
 		b.calls.rejectedOpen.Inc()
@@ -315,28 +262,21 @@ func (b *breaker) rejectedReason(err error) error {
 	return err
 }
 
-// call tracks one admitted call so that its outcome reaches gobreaker, and
-// the concurrency limit, exactly once each: from the call's timer while it
-// is still in flight — the limit when it is late, the breaker when it
-// passes the slow threshold — or from its completion, whichever comes
-// first.
+// call tracks one admitted call so that its outcome reaches gobreaker and
+// the limit once each: from its timer while in flight (late, then slow) or
+// from its completion, whichever comes first.
 type call struct {
-	b     *breaker
-	done  func(error) // gobreaker's report callback for this call
-	probe *gate       // non-nil: a probe for the fleet, whose verdict it reports
-	// timer fires onTimer at lateAfter, then again at the slow threshold
-	// if that is later.
-	timer     *time.Timer
+	b         *breaker
+	done      func(error) // gobreaker's report callback for this call
+	probe     *gate       // non-nil: a probe for the fleet, whose verdict it reports
+	timer     *time.Timer // fires onTimer at lateAfter, then at the slow threshold if later
 	lateAfter time.Duration
 	armed     bool
 	state     atomic.Uint32
 }
 
-// isProbe reports whether c is a probe — of the fleet's state, or of this
-// breaker's half-open one (gobreaker's MaxRequests bounds how many it
-// admits) — which may take the slot over a limit full of held calls
-// (limiter.acquireProbe). Asked only when the limit is full of them, so
-// the per-call path does not take gobreaker's lock a second time.
+// isProbe reports whether c probes the fleet's state or a half-open breaker;
+// asked only over held slots (limiter.acquireProbe): it takes gobreaker's lock.
 func (c *call) isProbe() bool {
 	return c.probe != nil || c.b.cb.State() == gobreaker.StateHalfOpen
 }
@@ -348,22 +288,17 @@ const (
 	reportedSlow        // the breaker (and the limit) heard of it as slow
 )
 
-// startClock starts the call's timer. The stack calls it once the call
-// holds a slot of the concurrency limit, so time spent queueing for a
-// slot, which says nothing about the dependency, does not count.
+// startClock starts the timer once the call holds its slot: its queueing is ours.
 func (c *call) startClock() {
 	c.armed = true
 	c.lateAfter = c.b.limit.lateAfter(c.b.slowAfter)
 	c.timer.Reset(c.lateAfter)
 }
 
-// restartClock starts the call's timer again, as if it had just been
-// sent, for the call that follows its probe in the same slot (see
-// attempt). It reports false, and changes nothing, when the breaker has
-// heard the probe as slow already: that is the verdict. A probe the limit
-// heard as late is not one the breaker has judged, and the call is judged
-// afresh. A timer firing at this very moment cannot be stopped: the call
-// then goes on the probe's clock, judged a little early.
+// restartClock starts the timer again for the call after its probe
+// (Policy.probeFirst), and reports false, changing nothing, if the breaker
+// heard the probe as slow: that is the verdict. A timer firing this very
+// moment cannot be stopped: the call then goes on the probe's clock.
 func (c *call) restartClock() bool {
 	if c.state.Load() == reportedSlow {
 		return false
@@ -377,19 +312,16 @@ func (c *call) restartClock() bool {
 	return true
 }
 
-// onTimer runs on the timer's goroutine while the call is still in
-// flight. Reporting now, rather than when the call returns, is what trips
-// the breaker while hung calls are still holding connections (gobreaker
-// counts a call only once it returns), and what shrinks the adaptive limit before a hung call has
-// completed. A call late for the limit before it is slow for the breaker
-// is reported in two steps.
+// onTimer runs on the timer's goroutine while the call is in flight:
+// reporting now, not when it returns, trips the breaker and shrinks the
+// limit while hung calls still hold their connections.
 func (c *call) onTimer() {
 	// Read before the CAS: once it succeeds, finish may recycle c as soon
 	// as the timer is re-armed, and the timer's own lock, which orders the
 	// two, is invisible to the race detector.
 	b, lateAfter, slowAfter := c.b, c.lateAfter, c.b.slowAfter
 	if lateAfter < slowAfter && c.state.CompareAndSwap(running, reportedLate) {
-		b.late()
+		b.limit.congested()
 		c.timer.Reset(slowAfter - lateAfter) // last: once re-armed, finish may recycle c
 		return
 	}
@@ -400,21 +332,15 @@ func (c *call) onTimer() {
 	b.calls.slow.Inc()
 	c.done(errReportSlow)
 	if c.probe != nil {
-		b.probeDone(c.probe, probeFailed)
+		b.probeDone(c.probe, errReportSlow)
 	}
 	if !limitHeard {
-		b.late()
+		b.limit.congested()
 	}
 }
 
-// late tells the limit that a call is late.
-func (b *breaker) late() { b.limit.congested() }
-
-// finish reports how the call ended to the breaker, unless onTimer already
-// reported it as slow: then the result still goes back to the caller but
-// the breaker hears nothing more. It returns whether the limit should hear
-// the outcome: false when onTimer already told it the call was late or
-// slow, so the caller does not tell it twice.
+// finish reports how the call ended to the breaker, unless onTimer reported
+// it slow, and returns whether the limit should hear it: not if onTimer did.
 func (c *call) finish(report error, counter prometheus.Counter) bool {
 	limitHeard := false
 	switch {
@@ -429,15 +355,8 @@ func (c *call) finish(report error, counter prometheus.Counter) bool {
 	recycle := !c.armed || c.timer.Stop()
 	counter.Inc()
 	c.done(report)
-	if g := c.probe; g != nil {
-		switch {
-		case report == nil:
-			c.b.probeDone(g, probeSucceeded)
-		case errors.Is(report, errReportExcluded):
-			c.b.probeDone(g, probeExcluded)
-		default:
-			c.b.probeDone(g, probeFailed)
-		}
+	if c.probe != nil {
+		c.b.probeDone(c.probe, report)
 	}
 	if recycle {
 		c.done = nil

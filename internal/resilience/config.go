@@ -7,9 +7,8 @@ import (
 	"time"
 )
 
-// Mode selects how much of the stack a [Policy] applies. It exists so the
-// experiment can show what each layer buys: run the same traffic in each
-// mode and compare.
+// Mode selects how much of the stack a [Policy] applies, so that the
+// experiment can show what each layer buys.
 type Mode uint8
 
 const (
@@ -18,8 +17,7 @@ const (
 	ModeProtected Mode = iota
 	// ModeTimeout applies the per-attempt timeout only.
 	ModeTimeout
-	// ModeNone passes the call straight through: no timeout, no bulkhead,
-	// no breaker, no retry.
+	// ModeNone passes the call straight through.
 	ModeNone
 )
 
@@ -29,8 +27,7 @@ var modeNames = [...]string{
 	ModeNone:      "none",
 }
 
-// ParseMode parses "none", "timeout" or "protected"; the empty string means
-// the default, protected.
+// ParseMode parses "none", "timeout" or "protected"; "" means protected.
 func ParseMode(s string) (Mode, error) {
 	if s == "" {
 		return ModeProtected, nil
@@ -50,8 +47,7 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
-// Config tunes a [Policy]. Start from [DefaultConfig] and override what the
-// environment sets; [New] rejects a Config that fails [Config.Validate].
+// Config tunes a [Policy]: start from [DefaultConfig]; [New] checks [Config.Validate].
 type Config struct {
 	Mode Mode
 
@@ -60,77 +56,54 @@ type Config struct {
 
 	// MaxAttempts counts the first attempt too: 2 means at most one retry.
 	MaxAttempts int
-	// BackoffBase and BackoffMax bound the full-jitter exponential backoff:
-	// before retry n the policy sleeps a random duration in
+	// The full-jitter backoff before retry n is uniform in
 	// [0, min(BackoffMax, BackoffBase·2^(n-1))).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 
-	// WindowSize is how many of the latest completed calls the breaker
-	// judges; it trips once the window holds MinCalls calls and either
-	// (failures+slow)/calls ≥ FailureRate or slow/calls ≥ SlowCallRate.
-	WindowSize   int
-	MinCalls     int
-	FailureRate  float64
-	SlowCallRate float64
-	// SlowCallThreshold is how long a call may run before it counts as a
-	// slow call, that is a failure, even though it is still running.
+	// The breaker trips once its last WindowSize calls are MinCalls or more
+	// and (failures+slow)/calls ≥ FailureRate or slow/calls ≥ SlowCallRate;
+	// a call is slow, still running, once it has run for SlowCallThreshold.
+	WindowSize        int
+	MinCalls          int
+	FailureRate       float64
+	SlowCallRate      float64
 	SlowCallThreshold time.Duration
 
-	// OpenDuration is how long the breaker stays open before it lets probes
-	// through; each Policy adds its own random share of OpenJitter once, at
-	// construction, so replicas that opened together don't probe together.
+	// OpenDuration plus a share of OpenJitter is how long the breaker stays open.
 	OpenDuration time.Duration
 	OpenJitter   time.Duration
-	// AbandonedHold is how long a call the stack gave up on (its attempt
-	// timed out, or its caller left) is assumed to stay with the
-	// dependency: its slot of the concurrency limit stays taken until that
-	// long after it was sent, so the calls in flight at a dependency that
-	// may still be working on them stay bounded. It does not hold the
-	// breaker open: a probe goes at the open time, over a limit full of
-	// held slots, and a fast answer lifts the limit above them (see
-	// limiter.acquireProbe). 0 turns the hold off.
+	// AbandonedHold keeps the slot of a call given up on (timed out, or its
+	// caller left) taken until that long after it was sent (L3); a probe
+	// still goes over held slots (L4). 0 turns the hold off.
 	AbandonedHold time.Duration
 	// HalfOpenProbes is how many calls the half-open breaker lets through;
 	// that many successes in a row close it, one failure re-opens it.
 	HalfOpenProbes int
 
 	// The concurrency limit starts at LimitInitial and moves between
-	// LimitMin and LimitMax: up by one per healthy call while the load
-	// presses on it, multiplied by LimitBackoff for each slow, timed-out or
-	// failed call (see limiter in limit.go). LimitMin = LimitMax is a fixed
-	// bulkhead. A call that finds the limit reached waits at most
-	// BulkheadWait for a slot, then gets ErrBulkheadFull.
+	// LimitMin and LimitMax (equal: a fixed bulkhead) by AIMD, × LimitBackoff
+	// per congested call (L1). A call waits at most BulkheadWait for a slot.
 	LimitInitial int
 	LimitMin     int
 	LimitMax     int
 	LimitBackoff float64
 	BulkheadWait time.Duration
-	// LimitLateFactor makes a call still in flight after LimitLateFactor
-	// times the 99th percentile latency of recent successful calls (the
-	// last 512) a congestion signal for the adaptive limit — kept between
-	// half the slow threshold and the slow threshold — so the limit
-	// shrinks before the breaker's slow-call rule fires. 0 signals at the
-	// slow threshold.
+	// LimitLateFactor × the 99th percentile of recent successful calls is
+	// when a call in flight is late (L2); 0: at the slow threshold.
 	LimitLateFactor float64
-	// Background marks a policy whose calls no customer waits on, such as
-	// a worker's backlog: its calls are late at the late point even while
-	// slots are held for abandoned calls (limiter.lateAfter), so that it
-	// gives way to live calls, and a fleet coordinator lets live processes
-	// take the probe lease first.
+	// Background marks a policy no customer waits on, a worker's backlog:
+	// its calls are late even while slots are held (L6), and it takes the
+	// fleet's probe lease after live processes.
 	Background bool
-	// Rate caps the calls a second the policy sends (golang.org/x/time/rate,
-	// a bucket of one: calls are spaced evenly); a call waits for its turn,
-	// and one whose turn comes after its caller's deadline is refused with
-	// ErrPaced. 0 means no cap. It is for work no customer waits on, set
-	// below the dependency's documented rate limit by what the live calls
-	// need, so that both stay under it and the live calls see no 429.
+	// Rate caps the calls a second, evenly spaced (P1); 0: no cap. Set it
+	// below the dependency's rate limit by what the live calls need.
 	Rate float64
 }
 
 // BreakDuration is how long the breaker stays open: OpenDuration plus up
-// to OpenJitter, so processes that opened or failed a probe together do
-// not probe together next time. rnd returns a uniform int64 in [0, n).
+// to OpenJitter (rnd returns a uniform int64 in [0, n)), so processes that
+// opened together do not probe together.
 func (c Config) BreakDuration(rnd func(int64) int64) time.Duration {
 	d := c.OpenDuration
 	if c.OpenJitter > 0 {
@@ -139,12 +112,9 @@ func (c Config) BreakDuration(rnd func(int64) int64) time.Duration {
 	return d
 }
 
-// MaxConcurrency is the most calls the policy ever lets run at once: the
-// limit's maximum; 0 outside
-// ModeProtected, where nothing bounds them. An HTTP client's connection
-// cap should follow it: fewer connections would make calls queue inside
-// the client, where the limit cannot see them, and more could never be
-// used at once.
+// MaxConcurrency is the most calls the policy ever lets run at once, 0
+// outside ModeProtected: an HTTP client's connection cap, so that no call
+// queues inside the client, where the limit cannot see it.
 func (c Config) MaxConcurrency() int {
 	if c.Mode != ModeProtected {
 		return 0
@@ -152,11 +122,10 @@ func (c Config) MaxConcurrency() int {
 	return c.LimitMax
 }
 
-// DefaultConfig returns the defaults docs/design.md, "Defaults" fixes: the
+// DefaultConfig returns the defaults of docs/design.md, "Defaults": the
 // article's demo values, for a provider answering in ~200 ms at p99, and
-// ours where the article has none. docs/operations.md, "Choosing the
-// settings for your provider", derives each from a provider's measured
-// latency and published limits.
+// ours where it has none. docs/operations.md, "Choosing the settings for
+// your provider", derives each from a provider's latency and limits.
 func DefaultConfig() Config {
 	return Config{
 		Mode:           ModeProtected,
@@ -177,27 +146,23 @@ func DefaultConfig() Config {
 		// A fifth of the open duration spreads replicas' probes without
 		// keeping a recovered provider waiting much longer.
 		OpenJitter: 200 * time.Millisecond,
-		// How long a provider may keep working on a call we gave up on: its
-		// own request timeout, if it publishes one. paymentsim's hang lasts
-		// 10 s, as the seed outage's does.
+		// A provider's own request timeout, if it publishes one; paymentsim's
+		// hang, as the seed outage's, lasts 10 s.
 		AbandonedHold: 10 * time.Second,
 
 		// Half a healthy call: a fresh process's first calls wait for the
-		// first completions to grow the limit, and a longer wait only
-		// delays the fallback while hung calls hold the slots.
+		// first completions; longer only delays the fallback in a hang.
 		BulkheadWait: 100 * time.Millisecond,
 		// Where the article's bulkhead sits, right for 20 req/s × 200 ms;
 		// slow start doubles it per round trip when the load needs more.
 		LimitInitial: 4,
-		// The calls a congested provider still gets from this process, the
-		// least there is.
+		// The least a congested provider still gets from this process.
 		LimitMin: 1,
 		// 80 req/s × 200 ms = 16 in flight, plus a quarter for jitter. It is
 		// also the HTTP client's connection cap (MaxConcurrency).
 		LimitMax: 20,
-		// TCP's multiplicative decrease (RFC 5681), the low end of the
-		// [0.5, 1) Netflix's AIMDLimit accepts: a provider slowed by its
-		// own queue needs its load cut decisively.
+		// TCP's multiplicative decrease (RFC 5681), the low end of Netflix's
+		// AIMDLimit's [0.5, 1): a queueing provider needs its load cut decisively.
 		LimitBackoff: 0.5,
 		// A fifth past the slowest healthy calls (their 99th percentile):
 		// ~265 ms for 200 ms ± 20 ms calls, before the breaker's 400 ms.

@@ -24,62 +24,40 @@ const (
 	congested               // late, timed out or a transient error: a drop, for AIMD
 )
 
-// limiter bounds the calls in flight to one dependency. Its limit adapts
-// between min and max (min = max: a fixed bulkhead) by additive increase,
-// multiplicative decrease (AIMD). docs/design.md, "The
-// payment limit's rules", numbers the rules, with the scenario-matrix row
-// that gets worse without each; the comments below name them L1–L7 (L8 is
-// breaker.refusesNow).
-//
-// Why AIMD: the delay-based limits (Vegas and Gradient2 in Netflix's
-// concurrency-limits, failsafe-go's adaptivelimiter) learn from calls that
-// complete, and a hung dependency completes nothing until the attempt
-// timeout. This stack has a drop signal that fires while a call is still in
-// flight (the late point, L2), and AIMD consumes exactly such a binary
-// signal, one per call, at once. It is also the simplest to read and test.
-//
-// Waiters are served in FIFO order: a slot freed by a completing call, or
-// added by an increase, goes to the caller that has waited longest.
+// limiter bounds the calls in flight to one dependency by AIMD between min
+// and max (equal: a fixed bulkhead); rules L1–L7 of docs/design.md, "The
+// payment limit's rules" (L8 is breaker.refusesNow). Delay-based limits
+// (Netflix's Gradient2, failsafe-go's adaptivelimiter) learn from calls
+// that complete, and a hung dependency completes none; AIMD takes a drop
+// signal per call, and the late point (L2) fires while it is in flight.
 type limiter struct {
-	min, max int
-	backoff  float64
-	wait     time.Duration
-	// lateFactor × the 99th percentile of recent successful calls' latency
-	// (tail) is when a call still in flight is late (L2, lateAfter); 0
-	// turns lateness off, so a call is late at the slow threshold.
-	lateFactor float64
+	min, max   int
+	backoff    float64
+	wait       time.Duration
 	tail       tail
-	holding    atomic.Int32 // len(held), for lateAfter, which reads it without the lock
-	yields     bool         // a background policy's limit (Config.Background)
+	lateFactor float64       // × tail's 99th percentile is the late point (L2); 0: the slow threshold
+	holding    atomic.Int32  // len(held), for lateAfter, which reads it without the lock
+	yields     bool          // a background policy's limit (Config.Background)
+	probeEvery time.Duration // how often a call that is no probe may go over held slots (L4)
 
-	mu       sync.Mutex
-	limit    int
-	inFlight int
-	// starved records that a caller found the limit reached since the
-	// limit last grew: demand the in-flight count alone does not show
-	// once that caller has given up.
-	starved bool
-	waiters []*waiter
-	held    []time.Time // when each slot kept by releaseAfter frees, in order
-	// probing is set while a call holds the slot over the limit
-	// (acquireProbe), probedAt when the last one took it, and fullSince
-	// since when the limit has been full of held slots (zero when it is
-	// not); probeEvery is how long a call that is not a breaker's probe
-	// waits after either (Config.OpenDuration).
-	probing     bool
-	probedAt    time.Time
-	healthyAt   time.Time // when a call last came back healthy
-	abandonedAt time.Time // when a call was last given up on
-	fullSince   time.Time
-	probeEvery  time.Duration
+	mu          sync.Mutex
+	limit       int
+	inFlight    int
+	starved     bool // a caller found the limit reached since it last grew
+	waiters     []*waiter
+	held        []time.Time // when each slot kept by releaseAfter frees, in order
+	probing     bool        // a call holds the slot over the limit (acquireProbe)
+	probedAt    time.Time   // when the last such call took it
+	fullSince   time.Time   // since when held slots fill the limit; zero while they do not
+	healthyAt   time.Time   // when a call last came back healthy
+	abandonedAt time.Time   // when a call was last given up on
 
 	limitGauge prometheus.Gauge
 	inUse      prometheus.Gauge
 	rejected   prometheus.Counter // ErrBulkheadFull
 }
 
-// waiter is one caller queued for a slot. grant closes ready with granted
-// set, under the limiter's lock, after counting the slot as taken.
+// waiter is one caller queued for a slot; grant sets granted, under l.mu.
 type waiter struct {
 	ready   chan struct{}
 	granted bool
@@ -92,8 +70,6 @@ type limiterMetrics struct {
 	rejected prometheus.Counter
 }
 
-// newLimiter starts at initial and moves between minLimit and maxLimit by
-// the rules above.
 func newLimiter(initial, minLimit, maxLimit int, backoff float64, wait time.Duration, m limiterMetrics) *limiter {
 	l := &limiter{
 		min: minLimit, max: maxLimit, backoff: backoff, wait: wait,
@@ -103,9 +79,7 @@ func newLimiter(initial, minLimit, maxLimit int, backoff float64, wait time.Dura
 	return l
 }
 
-// acquire takes a slot, waiting at most l.wait and never past ctx. It
-// returns ErrBulkheadFull when the wait runs out, or ctx's error when the
-// caller gives up first; neither says anything about the dependency.
+// acquire takes a slot, waiting at most l.wait and never past ctx.
 func (l *limiter) acquire(ctx context.Context) error {
 	l.mu.Lock()
 	if l.takeFree() {
@@ -134,8 +108,8 @@ func (l *limiter) acquire(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	if w.granted {
-		// A slot was granted while the wait ended. A caller still
-		// waiting takes it; one that gave up hands it on.
+		// Granted as the wait ended: a caller still there takes the slot,
+		// one that gave up hands it on.
 		if errors.Is(err, ErrBulkheadFull) {
 			l.mu.Unlock()
 			return nil
@@ -154,20 +128,15 @@ func (l *limiter) acquire(ctx context.Context) error {
 	return err
 }
 
-// acquireProbe is acquire, except when every slot is held for an abandoned
-// call (L4): then one call at a time takes a slot over the limit instead
-// of waiting for the holds to end — a breaker's probe (probe reports
-// whether the call is one) at once, any other call once the limit has
-// been full for probeEvery and as long since the last such call. Its
-// answer tells whether the dependency still holds those calls: a fast one
-// lifts the limit above them (liftOverHeld), a hung one is held in turn.
-// over reports a slot over the limit; the caller calls endProbe when the
-// call returns.
+// acquireProbe is acquire, except when held slots fill the limit (L4): then
+// one call at a time goes over it, a breaker's probe at once, another call
+// once the limit has been full, and the last such call gone, for
+// probeEvery. over reports that slot: call endProbe when the call returns.
 func (l *limiter) acquireProbe(ctx context.Context, probe func() bool) (over bool, err error) {
 	l.mu.Lock()
 	if l.takeFree() {
 		l.mu.Unlock()
-		return false, nil // the common case: one lock, as acquire alone
+		return false, nil // the common case: one lock
 	}
 	wait := l.probeWait(time.Now())
 	l.mu.Unlock()
@@ -189,9 +158,8 @@ func (l *limiter) acquireProbe(ctx context.Context, probe func() bool) (over boo
 	return false, l.acquire(ctx)
 }
 
-// probeWait is how long until a call that is not a breaker's probe may go
-// over a limit full of held slots, or -1 when nothing of the kind holds
-// calls back (not full of held slots, or a call already over).
+// probeWait is how long until a call that is no probe may go over held
+// slots, -1 when they do not fill the limit or a call is over it already.
 // Call it with l.mu held.
 func (l *limiter) probeWait(now time.Time) time.Duration {
 	if len(l.held) < l.limit || l.inFlight < l.limit {
@@ -211,16 +179,14 @@ func (l *limiter) probeWait(now time.Time) time.Duration {
 	return max(l.probeEvery-now.Sub(from), 0)
 }
 
-// endProbe frees the claim on the slot over the limit for the next call;
-// the slot itself is freed by release or releaseAfter.
+// endProbe lets the next call go over the limit; release frees the slot.
 func (l *limiter) endProbe() {
 	l.mu.Lock()
 	l.probing = false
 	l.mu.Unlock()
 }
 
-// takeFree takes a slot if one is free and nobody waits for it; the limit
-// is then not full of held slots either. Call it with l.mu held.
+// takeFree takes a slot if one is free and nobody waits. Call with l.mu held.
 func (l *limiter) takeFree() bool {
 	if l.inFlight >= l.limit || len(l.waiters) > 0 {
 		return false
@@ -236,8 +202,8 @@ func (l *limiter) reject() error {
 	return ErrBulkheadFull
 }
 
-// grant hands free slots to waiters, oldest first. Call it with l.mu held;
-// the caller updates the in-use gauge.
+// grant hands free slots to waiters, oldest first. Call it with l.mu held,
+// then update the in-use gauge.
 func (l *limiter) grant() {
 	for len(l.waiters) > 0 && l.inFlight < l.limit {
 		w := l.waiters[0]
@@ -248,24 +214,18 @@ func (l *limiter) grant() {
 	}
 }
 
-// release frees the slot of a call that has returned, after applying what
-// the call said about the dependency (noSignal if it was already reported
-// while in flight).
+// release applies what a returned call said, then frees its slot.
 func (l *limiter) release(s signal) {
 	l.mu.Lock()
-	if l.adapt(s) {
-		l.limitGauge.Set(float64(l.limit))
-	}
+	l.adapt(s)
 	l.inFlight--
 	l.grant()
 	l.inUse.Set(float64(l.inFlight))
 	l.mu.Unlock()
 }
 
-// releaseAfter applies s like release, but keeps the slot for d more (L3):
-// the call was abandoned (timed out, or its caller left) and the dependency
-// may still be working on it (Config.AbandonedHold), so new calls, probes
-// included, do not pile onto it.
+// releaseAfter applies s but keeps the slot for d more (L3): the dependency
+// may still be working on the abandoned call.
 func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	if d <= 0 {
 		l.release(s)
@@ -274,9 +234,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	until := time.Now().Add(d)
 	l.mu.Lock()
 	l.abandonedAt = time.Now()
-	if l.adapt(s) {
-		l.limitGauge.Set(float64(l.limit))
-	}
+	l.adapt(s)
 	i, _ := slices.BinarySearchFunc(l.held, until, time.Time.Compare)
 	l.held = slices.Insert(l.held, i, until)
 	l.holding.Store(int32(len(l.held)))
@@ -287,7 +245,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 			l.held = slices.Delete(l.held, i, i+1)
 			l.holding.Store(int32(len(l.held)))
 		}
-		if l.limit > l.max {
+		if l.limit > l.max { // a lift over held slots ends with them
 			l.limit = l.max
 			l.limitGauge.Set(float64(l.limit))
 		}
@@ -296,11 +254,9 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	})
 }
 
-// retryIn is how long until a call may get a slot, for RetryAfter: 0 when
-// calls in flight will free theirs. When held slots fill the limit it is
-// until a call may go over it (probeWait), or, while one is out, until its
-// answer is due (answerWithin after it went) — not until the holds end,
-// which would hide a dependency that recovered long before.
+// retryIn is how long until a call may get a slot: when held slots fill
+// the limit, until a call may go over it or one out is due to answer; not
+// until the holds end, which would hide a recovery.
 func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -320,8 +276,7 @@ func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 }
 
 // recovered applies the fleet's probe's fast answer (Policy.Release) as
-// grow applies this process's: a limit full of held slots is lifted above
-// them, and refusals are no longer the dependency's doing (heldRefuses).
+// adapt applies a healthy call: healthyAt, and the lift over held slots.
 func (l *limiter) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -333,24 +288,20 @@ func (l *limiter) recovered() {
 	}
 }
 
-// liftOverHeld lifts a limit full of held slots to those slots plus one and
-// reports whether it did: the dependency has just answered in time, so it
-// has room beside them (L4). Call it with l.mu held.
+// liftOverHeld lifts a limit full of held slots to them plus one, and
+// reports whether it did: a dependency that just answered in time has room
+// beside them (L4). Call it with l.mu held.
 func (l *limiter) liftOverHeld() bool {
-	n := len(l.held)
-	if n < l.limit {
+	if len(l.held) < l.limit {
 		return false
 	}
-	l.limit = n + 1
+	l.limit = len(l.held) + 1
 	return true
 }
 
 // heldRefuses reports whether a refusal now is the dependency's doing (L7):
 // every slot is held for a call it never answered, and none has come back
-// in time since. The breaker then counts the refusal as a failure, so that
-// it opens, and tells the fleet, although the limit leaves it too few
-// calls to judge. A dependency answering in time again is busy, not
-// failing.
+// in time since (one that has is busy, not failing).
 func (l *limiter) heldRefuses() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -360,19 +311,13 @@ func (l *limiter) heldRefuses() bool {
 	return !l.abandonedAt.Before(l.healthyAt)
 }
 
-// lateAfter is how long a call may be in flight before it is late (L2), a
-// congestion signal sent before the breaker's slow threshold: lateFactor ×
-// the 99th percentile of recent successful calls, kept between half the
-// slow threshold and it. Judged against what this dependency's healthy
-// calls take, a long tail is not congestion. Before minTailSamples calls
-// it is slow.
-//
-// While slots are held it is slow too (L6), except for a background limit
-// (yields): a provider still working on calls given up on in a hang is
-// slower for a while for a reason the held slots already count, and late
-// at lateFactor the live calls beside them would halve the limit again and
-// again; the slow threshold still tells a second hang. A background
-// limit's late calls are how the backlog gives way to them.
+// lateAfter is how long a call may be in flight before it is late (L2):
+// lateFactor × the 99th percentile of recent successful calls, between half
+// the slow threshold and it, so that a long tail is no congestion. While
+// slots are held it is slow (L6), except for the backlog: a provider
+// finishing abandoned calls is slower for a reason the held slots already
+// count, and live calls late beside them would halve the limit again and
+// again; the slow threshold still tells a second hang.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	p99 := l.tail.percentile99()
 	if l.lateFactor <= 0 || p99 == 0 || (l.holding.Load() > 0 && !l.yields) {
@@ -381,28 +326,24 @@ func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	return min(max(time.Duration(float64(p99)*l.lateFactor), slow/2), slow)
 }
 
-// returned adds a successful call's latency to the tail lateness is judged
-// against. Late successes count too, so a dependency that has become
-// slower for good moves the percentile instead of being halved for ever.
+// returned adds a successful call's latency to the tail, late ones too: a
+// dependency slower for good moves the percentile, not the limit for ever.
 func (l *limiter) returned(sent time.Time, ok bool) {
 	if ok {
 		l.tail.add(time.Since(sent))
 	}
 }
 
-// congested applies the signal of a call still in flight, from its timer
-// the moment it is late.
+// congested applies the signal of a call still in flight.
 func (l *limiter) congested() {
 	l.mu.Lock()
-	if l.adapt(congested) {
-		l.limitGauge.Set(float64(l.limit))
-	}
+	l.adapt(congested)
 	l.mu.Unlock()
 }
 
-// adapt moves the limit for signal s (L1) and reports whether it changed.
-// Call it with l.mu held, the signalling call still counted in flight.
-func (l *limiter) adapt(s signal) bool {
+// adapt moves the limit for signal s (L1). Call it with l.mu held, the
+// signalling call still counted in flight.
+func (l *limiter) adapt(s signal) {
 	old := l.limit
 	switch s {
 	case healthy:
@@ -411,15 +352,15 @@ func (l *limiter) adapt(s signal) bool {
 	case congested:
 		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
 	}
-	return l.limit != old
+	if l.limit != old {
+		l.limitGauge.Set(float64(l.limit))
+	}
 }
 
-// grow applies a healthy call (L1): the lift over held slots, then one more
-// slot if the load presses on the limit — every slot taken, or a caller
-// found it reached since it last grew. An idle dependency proves nothing
-// about its capacity (Netflix's AIMDLimit skips such samples too). One per
-// healthy call doubles the limit per round trip, like TCP's slow start.
-// Call it with l.mu held.
+// grow applies a healthy call (L1): the lift over held slots, then +1, as
+// TCP's slow start, if every slot is taken or a caller found none since it
+// last grew: an idle dependency proves nothing (Netflix's AIMDLimit skips
+// such samples). Call it with l.mu held.
 func (l *limiter) grow() {
 	l.liftOverHeld()
 	pressed := l.starved || l.inFlight+len(l.waiters) >= l.limit

@@ -7,10 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics holds the collectors every Policy and Pool of a process reports
-// to. Build it once per registry and share it: the vectors carry the
-// dependency or pool name as a label, so any number of policies coexist on
-// one registry.
+// Metrics holds the collectors every Policy of a process reports to, with
+// the dependency's name as a label: build it once per registry and share it.
 type Metrics struct {
 	breakerState       *prometheus.GaugeVec
 	breakerTransitions *prometheus.CounterVec
@@ -41,8 +39,7 @@ const (
 	reasonLimit    = "limit"             // ErrBulkheadFull
 )
 
-// NewMetrics creates the collectors and registers them on reg. A nil reg
-// leaves them unregistered, which suits tests and examples.
+// NewMetrics creates the collectors and registers them on reg, if not nil.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -110,9 +107,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // up once so the hot path pays an atomic add, not a label hash.
 type callCounters struct {
 	success, failure, slow, rejected, excluded prometheus.Counter
-	// rejectedOpen and rejectedHalfOpen split rejected by reason; the
-	// limit's rejections are counted by the limiter.
-	rejectedOpen, rejectedHalfOpen prometheus.Counter
+	rejectedOpen, rejectedHalfOpen             prometheus.Counter // by reason; the limiter counts its own
 }
 
 func (m *Metrics) callCounters(name string) callCounters {
@@ -136,9 +131,8 @@ func (m *Metrics) limiterMetrics(name string) limiterMetrics {
 	}
 }
 
-// effectiveStates exports resilience_breaker_effective_state. It is read at
-// each scrape rather than set on each change because an imposed state ends
-// by running out of time, which no call or event reports.
+// effectiveStates exports resilience_breaker_effective_state, read at each
+// scrape: an imposed state ends by running out of time, which nothing reports.
 type effectiveStates struct {
 	desc     *prometheus.Desc
 	mu       sync.Mutex

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,36 +13,29 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// ErrTimeout wraps the call's error when an attempt ran out of its
-// per-attempt timeout (and not out of the caller's deadline).
+// ErrTimeout wraps the call's error when its attempt, not its caller, ran out of time.
 var ErrTimeout = errors.New("resilience: attempt timed out")
 
-// ErrPaced means the call was not made: under the policy's Rate its turn
-// would come after the caller's deadline.
+// ErrPaced means the call was not made: its turn under Config.Rate falls past its deadline.
 var ErrPaced = errors.New("resilience: the call's turn under the policy's rate comes after its deadline")
 
-// ErrProbeFailed means the call was not made: it was to go over a limit
-// full of held slots, and the question sent before it ([Options.Probe])
-// failed or ran past the slow threshold. It wraps only the caller's context
-// error, if that ended the probe: a timed-out probe is no timed-out call.
+// ErrProbeFailed means the call was not made: the [Options.Probe] sent
+// before it over held slots failed or was slow. It wraps only a caller's
+// context error: a timed-out probe is no timed-out call.
 var ErrProbeFailed = errors.New("resilience: the call was not made: the probe sent before it failed")
 
-// Class says what an error returned by the protected call means for the
-// stack. The package cannot know; the caller's [Options.Classify] decides.
+// Class says what an error of the protected call means: [Options.Classify].
 type Class uint8
 
 const (
-	// Transient means the dependency is in trouble (5xx, 429, connection
-	// refused, unparseable answer): the error counts as a breaker failure
-	// and the call is worth another attempt.
+	// Transient means the dependency is in trouble (a 5xx, a refused
+	// connection, an unparseable answer): a breaker failure, worth retrying.
 	Transient Class = iota
-	// Final means the dependency answered and another attempt would get
-	// the same answer (a card decline, a 4xx): it is neither a breaker
-	// failure nor retried.
+	// Final means the dependency answered, and would answer the same again
+	// (a card decline, a 4xx): no breaker failure, not retried.
 	Final
-	// Unretryable means the dependency is in trouble, a breaker failure,
-	// but said that another attempt now would not help (Stripe's
-	// Stripe-Should-Retry: false on a 5xx): it is not retried.
+	// Unretryable means in trouble, but another attempt would not help
+	// (Stripe-Should-Retry: false on a 5xx): a breaker failure, not retried.
 	Unretryable
 )
 
@@ -53,25 +47,19 @@ type Options struct {
 	Classify func(error) Class
 	// Metrics receives the policy's metrics; nil keeps them unregistered.
 	Metrics *Metrics
-	// Logger receives breaker transitions and retries; nil means
-	// slog.Default().
+	// Logger receives breaker transitions and retries; nil: slog.Default().
 	Logger *slog.Logger
 	// Rand returns a uniform int64 in [0, n) for backoff and open-duration
-	// jitter; nil means math/rand/v2's Int64N. Tests inject their own.
+	// jitter; nil means math/rand/v2's Int64N.
 	Rand func(n int64) int64
-	// Probe, if set, asks the dependency a question that changes nothing
-	// there (a read). A call that is to go over a limit full of held slots
-	// (L5; limiter.acquireProbe) sends it first, in the same slot and
-	// breaker admission, so that a dependency still hanging holds a
-	// question, not a payment. Answered before the slow threshold (a final
-	// answer counts), the call follows on a fresh clock and its outcome is
-	// the verdict; otherwise the probe's is, and Do returns ErrProbeFailed.
+	// Probe, if set, asks the dependency a question that changes nothing.
+	// A call over held slots sends it first (L5, Policy.probeFirst), so that
+	// a dependency still hanging holds a question, not a payment.
 	Probe func(context.Context) error
 }
 
-// Policy protects calls to one named dependency. It is safe for concurrent
-// use; build one per dependency and process role (the API and the worker
-// each have their own, as docs/design.md, "Protection stack" asks) and share it.
+// Policy protects calls to one named dependency, safe for concurrent use:
+// build one per dependency and process role, and share it.
 type Policy struct {
 	name     string
 	cfg      Config
@@ -87,8 +75,7 @@ type Policy struct {
 	backoffs prometheus.Observer
 }
 
-// New builds the policy for the dependency called name; name labels its
-// metrics and logs.
+// New builds the policy for the dependency name, its metrics' and logs' label.
 func New(name string, cfg Config, opts Options) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("resilience policy %q: %w", name, err)
@@ -102,7 +89,7 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 		cfg:      cfg,
 		classify: opts.Classify,
 		rnd:      opts.Rand,
-		log:      opts.Logger,
+		log:      cmp.Or(opts.Logger, slog.Default()),
 		probe:    opts.Probe,
 		retries:  m.retryAttempts.WithLabelValues(name),
 		backoffs: m.retryBackoff.WithLabelValues(name),
@@ -113,22 +100,19 @@ func New(name string, cfg Config, opts Options) (*Policy, error) {
 	if p.rnd == nil {
 		p.rnd = rand.Int64N
 	}
-	if p.log == nil {
-		p.log = slog.Default()
+	if cfg.Mode != ModeProtected {
+		p.events = newEventQueue()
+		return p, nil
 	}
-	p.events = newEventQueue() // replaced by the breaker's in ModeProtected
-	if cfg.Mode == ModeProtected {
-		p.breaker = newBreaker(name, cfg, m, p.log, p.rnd)
-		lm := m.limiterMetrics(name)
-		p.limit = newLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, lm)
-		p.limit.lateFactor = cfg.LimitLateFactor
-		p.limit.yields = cfg.Background
-		p.limit.probeEvery = cfg.OpenDuration
-		p.breaker.limit = p.limit
-		if cfg.Rate > 0 {
-			p.pace = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
-		}
-		p.events = p.breaker.events
+	p.breaker = newBreaker(name, cfg, m, p.log, p.rnd)
+	p.limit = newLimiter(cfg.LimitInitial, cfg.LimitMin, cfg.LimitMax, cfg.LimitBackoff, cfg.BulkheadWait, m.limiterMetrics(name))
+	p.limit.lateFactor = cfg.LimitLateFactor
+	p.limit.yields = cfg.Background
+	p.limit.probeEvery = cfg.OpenDuration
+	p.breaker.limit = p.limit
+	p.events = p.breaker.events
+	if cfg.Rate > 0 {
+		p.pace = rate.NewLimiter(rate.Limit(cfg.Rate), 1)
 	}
 	return p, nil
 }
@@ -147,8 +131,7 @@ func (p *Policy) State() State {
 	return p.breaker.state()
 }
 
-// Limit returns how many calls the concurrency limit lets run at once now
-// (resilience_concurrency_limit); 0 outside ModeProtected.
+// Limit returns the concurrency limit now; 0 outside ModeProtected.
 func (p *Policy) Limit() int {
 	if p.limit == nil {
 		return 0
@@ -157,11 +140,9 @@ func (p *Policy) Limit() int {
 	return limit
 }
 
-// RetryAfter returns how long until the stack lets a call through: what is
-// left of the breaker's open state, or, when held slots fill the limit,
-// until a call may go over it or its answer is due (limiter.retryIn); 0
-// when nothing refuses. Callers use it for the HTTP Retry-After header and
-// to snooze background work instead of piling onto a failing dependency.
+// RetryAfter returns how long until the stack lets a call through, 0 when
+// nothing refuses: for a Retry-After header, or to snooze background work
+// instead of piling onto a failing dependency.
 func (p *Policy) RetryAfter() time.Duration {
 	if p.breaker == nil {
 		return 0
@@ -178,10 +159,9 @@ func (p *Policy) RetryAfter() time.Duration {
 	return p.limit.retryIn(answerWithin)
 }
 
-// Do calls fn through p's layers, outermost first: retry, pace (each
-// attempt), circuit breaker, concurrency limit, per-attempt timeout. fn must
-// honour the context it is given. It returns fn's result, or one of the errors the
-// package doc lists; errors are wrapped, never replaced.
+// Do calls fn, which must honour its context, through p's layers: retry,
+// pace (P1), breaker, limit, timeout. It returns fn's result or an error
+// the package doc lists, wrapped, never replaced.
 func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (T, error) {
 	switch p.cfg.Mode {
 	case ModeNone:
@@ -190,18 +170,14 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		v, _, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 		return v, err
 	}
+	var zero T
 	var prev error
 	for n := 1; ; n++ {
 		if !budgetAllows(ctx, 0) {
-			var zero T
-			if prev != nil {
-				return zero, prev
-			}
-			return zero, ctx.Err()
+			return zero, cmp.Or(prev, ctx.Err())
 		}
 		if p.pace != nil {
 			if err := p.pace.Wait(ctx); err != nil {
-				var zero T
 				return zero, fmt.Errorf("%w: %w", ErrPaced, err)
 			}
 		}
@@ -211,11 +187,11 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		}
 		if Refused(err) {
 			traceRejected(ctx, p, n, err)
-		}
-		if prev != nil && Refused(err) {
-			// Keep the failure that made us retry; the refusal is what
-			// the caller's fallback decides on.
-			err = fmt.Errorf("%w (attempt %d); attempt %d: %w", err, n, n-1, prev)
+			if prev != nil {
+				// Keep the failure that made us retry; the refusal is
+				// what the caller's fallback decides on.
+				err = fmt.Errorf("%w (attempt %d); attempt %d: %w", err, n, n-1, prev)
+			}
 		}
 		if !retry || n == p.cfg.MaxAttempts {
 			return v, err
@@ -237,16 +213,14 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 	}
 }
 
-// Refused reports whether the stack turned a call away without making it
-// (ErrOpen, ErrTooManyRequests, ErrBulkheadFull, ErrProbeFailed, ErrPaced):
-// such a call cost the dependency nothing.
+// Refused reports whether the stack turned a call away without making it,
+// at no cost to the dependency.
 func Refused(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests) ||
 		errors.Is(err, ErrBulkheadFull) || errors.Is(err, ErrProbeFailed) || errors.Is(err, ErrPaced)
 }
 
-// attempt makes one attempt through the breaker, the concurrency limit and
-// the per-attempt timeout, and reports whether another attempt may help.
+// attempt makes one attempt and reports whether another may help.
 func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (v T, retry bool, err error) {
 	c, overLimit, err := admit(ctx, p)
 	if err != nil {
@@ -259,10 +233,8 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	sent := time.Now()
 	completed := false
 	defer func() {
-		// fn panicked (or called runtime.Goexit): free the slot and report
-		// a failure, or a half-open breaker would wait for this probe
-		// forever. A panic is a bug of ours, not the dependency's
-		// congestion, so the limit hears no signal. The panic carries on.
+		// fn panicked: report a failure, or a half-open breaker would wait
+		// for this probe for ever; a bug of ours is no congestion signal.
 		if !completed {
 			c.finish(errReportFailure, p.breaker.calls.failure)
 			p.limit.release(noSignal)
@@ -279,14 +251,10 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 	return v, p.settle(ctx, c, sent, timedOut, err), err
 }
 
-// probeFirst sends the policy's probe in the slot and admission of the
-// call c stands for, sent at sent (Options.Probe). An answer
-// before the slow threshold — a final one too, such as a 4xx: the
-// dependency answered — is no verdict yet: it returns a fresh send time
-// for the call, whose clock it restarts, and whose outcome is
-// what the breaker and the limit will hear, as without a probe. Any other
-// outcome is the verdict: probeFirst settles c with it and returns
-// ErrProbeFailed.
+// probeFirst sends Options.Probe in the slot and admission of call c (L5).
+// An answer before the slow threshold, a final one too, is no verdict: it
+// restarts c's clock and returns a fresh send time. Any other outcome is:
+// probeFirst settles c with it and returns ErrProbeFailed.
 func (p *Policy) probeFirst(ctx context.Context, c *call, sent time.Time) (time.Time, error) {
 	_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, p.probe(ctx)
@@ -296,9 +264,7 @@ func (p *Policy) probeFirst(ctx context.Context, c *call, sent time.Time) (time.
 		return time.Now(), nil // the probe's latency is not the call's
 	}
 	p.settle(ctx, c, sent, timedOut, err)
-	// The probe's error as text, not wrapped: the call was not made, so
-	// it did not time out or fail. Only the caller's own end stays
-	// reachable.
+	// Not wrapped: the call was not made, so it neither timed out nor failed.
 	if ctx.Err() != nil {
 		return sent, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
 	}
@@ -309,9 +275,8 @@ func (p *Policy) probeFirst(ctx context.Context, c *call, sent time.Time) (time.
 	return sent, fmt.Errorf("%w: %s", ErrProbeFailed, why)
 }
 
-// admit asks the breaker, then the concurrency limit, for a call: it
-// returns the call's tracker and whether it holds the slot over a limit
-// full of held slots (overLimit), or the refusal, already reported.
+// admit asks the breaker, then the limit, for a call: its tracker and
+// whether it holds the slot over the limit, or the refusal, reported.
 func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) {
 	c, err = p.breaker.allow()
 	if err != nil {
@@ -319,16 +284,11 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 	}
 	overLimit, err = p.limit.acquireProbe(ctx, c.isProbe)
 	if err != nil {
-		// A reached limit or a caller that gave up while queueing says
-		// nothing about the dependency: excluded, and not retried, since
-		// another attempt would only add to the load that filled it —
-		// unless every slot is kept for a call the dependency never
-		// answered, and it has answered nothing in time since
-		// (heldRefuses): then the dependency is what refuses, and the
-		// breaker counts it as a failure, so that it opens (and tells the
-		// fleet) although the limit leaves it too few calls to judge.
-		// A probe refused while another probe holds the slot over the
-		// limit is no verdict either: that probe's answer is.
+		// A reached limit, or a caller gone while queueing, says nothing
+		// of the dependency: excluded, not retried into the load. Unless
+		// the dependency refuses (L7): a failure, so that the breaker
+		// opens, and tells the fleet, with too few calls to judge. A probe
+		// refused beside another one over the limit is no verdict.
 		report, counter := errReportExcluded, p.breaker.calls.rejected
 		switch {
 		case !errors.Is(err, ErrBulkheadFull):
@@ -341,8 +301,7 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 	}
 	if err := p.breaker.refusesNow(c); err != nil {
 		// The breaker opened, here or for the fleet, while the call waited
-		// for its slot: the verdict it was admitted under is stale, and the
-		// outage noticed meanwhile gets nothing more from it.
+		// for its slot (L8): the outage noticed meanwhile gets nothing more.
 		if overLimit {
 			p.limit.endProbe()
 		}
@@ -353,17 +312,13 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 	return c, overLimit, nil
 }
 
-// settle reports how the call c tracks ended (err, and whether its attempt
-// timed out) to the breaker and the limit, and frees its slot, at once or
-// after the abandoned-call hold. It reports whether another attempt may
-// help.
+// settle reports how c's call ended to the breaker and the limit, frees its
+// slot, now or after the hold, and reports whether to try again.
 func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut bool, err error) (retry bool) {
 	abandoned := timedOut || (err != nil && ctx.Err() != nil)
 	calls := &p.breaker.calls
-	// The breaker and the limit hear the same outcome, once: a call the
-	// slow timer already reported (finish returns false) is not told again.
-	// Timeouts and transient errors are congestion; successes are health;
-	// final answers and callers that gave up are neither.
+	// Timeouts and transient errors are congestion, successes health, final
+	// answers and callers that gave up neither; finish says if it is news.
 	p.limit.returned(sent, err == nil)
 	s := noSignal
 	switch {
@@ -390,7 +345,6 @@ func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut b
 		retry = class == Transient
 	}
 	if abandoned {
-		// Its slot stays taken until the dependency may be done with it.
 		p.limit.releaseAfter(s, time.Until(sent.Add(p.cfg.AbandonedHold)))
 	} else {
 		p.limit.release(s)
@@ -398,8 +352,7 @@ func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut b
 	return retry
 }
 
-// withTimeout is the innermost layer: fn gets at most d, and a timeout of
-// its own (not the caller's deadline) comes back wrapped in ErrTimeout.
+// withTimeout gives fn at most d and wraps that timeout, not the caller's, in ErrTimeout.
 func withTimeout[T any](ctx context.Context, d time.Duration, fn func(context.Context) (T, error)) (v T, timedOut bool, err error) {
 	actx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

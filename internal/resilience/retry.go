@@ -7,9 +7,8 @@ import (
 
 // backoff is the full-jitter delay before retry n (n ≥ 1): uniform in
 // [0, min(max, base·2^(n-1))). Full jitter spreads the retries of callers
-// that failed together (AWS Architecture Blog, "Exponential Backoff And
-// Jitter"), which matters here because a provider outage fails every
-// in-flight call at once.
+// an outage failed together (AWS Architecture Blog, "Exponential Backoff
+// And Jitter").
 func backoff(n int, base, maxDelay time.Duration, rnd func(int64) int64) time.Duration {
 	ceiling := base
 	for i := 1; i < n && ceiling < maxDelay; i++ {
@@ -37,9 +36,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// budgetAllows reports whether ctx leaves more than d before its deadline,
-// so the policy never sleeps into, or starts an attempt past, the
-// caller's deadline.
+// budgetAllows reports whether ctx leaves more than d before its deadline.
 func budgetAllows(ctx context.Context, d time.Duration) bool {
 	if ctx.Err() != nil {
 		return false

@@ -7,24 +7,19 @@ import (
 	"time"
 )
 
-// tailSamples is how many of the last successful calls' latencies judge
-// the calls in flight: 13 s of them at 40 calls/s (with 256, a healthy long
-// tail's percentile wandered low enough to call one call in a thousand
-// late). minTailSamples is how many there must be before they do: a 99th
-// percentile of fewer than a hundred calls is their slowest, which for a
-// long tail lies well below the true one (of 20 log-normal calls with
-// σ 0.5, about the 95th percentile), and would call healthy calls late.
-// Until then a call is late only at the slow threshold.
+// tailSamples is how many successful calls judge the calls in flight: 13 s
+// of them at 40 calls/s (with 256, a healthy long tail's percentile
+// wandered low enough to call one call in a thousand late). Below
+// minTailSamples, a call is late only at the slow threshold: the 99th
+// percentile of fewer calls is their slowest, for a long tail well below
+// the true one (of 20 log-normal calls with σ 0.5, about the 95th).
 const (
 	tailSamples    = 512
 	minTailSamples = 100
 )
 
-// tail keeps the latencies of the last tailSamples successful calls, in
-// the order they came (ring) and sorted, and their 99th percentile — what
-// the dependency's healthy calls take, tail included. A call still in
-// flight is judged against it (limiter.lateAfter): a provider whose
-// latency has a long tail is not congested by that tail.
+// tail keeps the last tailSamples successful calls' latencies, in order
+// (ring) and sorted, and their 99th percentile (limiter.lateAfter).
 type tail struct {
 	mu     sync.Mutex
 	ring   [tailSamples]time.Duration
@@ -33,8 +28,7 @@ type tail struct {
 	p99    atomic.Int64 // 0 until minTailSamples calls have succeeded
 }
 
-// add records one successful call's latency, dropping the oldest once
-// the ring is full, and updates the percentile.
+// add records one successful call's latency, dropping the oldest.
 func (t *tail) add(d time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -9,10 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The policy's decisions show up as events on the caller's span (the
-// server span of the request, a worker's job span), so a trace says why a
-// call never reached the dependency or was made twice. Without a recording
-// span they cost nothing.
+// The policy's decisions are events on the caller's span, so that a trace
+// says why a call never reached the dependency or was made twice.
 
 // rejectionReason names a refusal for the "resilience.rejected" event.
 func rejectionReason(err error) string {

@@ -9,12 +9,9 @@ const (
 	slow
 )
 
-// window is the count-based sliding window of the article's breaker: the
-// outcomes of the last len(ring) calls. gobreaker only rolls its counts by
-// time; a count window reacts as fast at 2 req/s as at 200.
-//
-// It has no lock of its own: the breaker touches it only from gobreaker's
-// callbacks, which run under gobreaker's mutex.
+// window holds the outcomes of the last len(ring) calls, the article's
+// count window: gobreaker rolls its counts by time only, and a count window
+// reacts as fast at 2 req/s as at 200. It has no lock (breaker.win).
 type window struct {
 	ring     []outcome
 	next     int // where the next outcome goes, overwriting the oldest
@@ -51,8 +48,8 @@ func (w *window) count(o outcome, delta int) {
 func (w *window) reset() { w.next, w.calls, w.failures, w.slow = 0, 0, 0, 0 }
 
 // tripped reports whether the window holds enough calls to judge and either
-// rate reaches its threshold. Slow calls count as failures too. Dividing
-// (rather than multiplying the rate) keeps 5/10 ≥ 0.5 exact.
+// rate, slow calls counting as failures too, reaches its threshold (B1).
+// Dividing, not multiplying the rate, keeps 5/10 ≥ 0.5 exact.
 func (w *window) tripped(minCalls int, failureRate, slowRate float64) bool {
 	if w.calls == 0 || w.calls < minCalls {
 		return false
