@@ -296,8 +296,11 @@ func listSince(ctx context.Context, simURL string, since time.Time) ([]listedInt
 		}
 		err = json.NewDecoder(resp.Body).Decode(&page)
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return all, fmt.Errorf("list: status %d, %v", resp.StatusCode, err)
+		if err != nil {
+			return all, fmt.Errorf("list: status %d: %w", resp.StatusCode, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return all, fmt.Errorf("list: status %d", resp.StatusCode)
 		}
 		for _, pi := range page.Data {
 			all = append(all, pi)
