@@ -52,7 +52,7 @@ type intentLog struct {
 	cap     int
 	seq     int
 	byID    map[string]*intent
-	list    []*intent      // newest first: Created descending, then seq descending
+	list    []*intent      // oldest first, so a new intent is appended; read newest first through at
 	charged map[string]int // succeeded intents kept, by reference
 }
 
@@ -60,7 +60,7 @@ func newIntentLog(capacity int) *intentLog {
 	return &intentLog{cap: capacity, byID: make(map[string]*intent), charged: make(map[string]int)}
 }
 
-// newer reports whether a comes before b in the list.
+// newer reports whether a comes before b in the list as Stripe lists it, newest first.
 func newer(a, b *intent) bool {
 	if !a.Created.Equal(b.Created) {
 		return a.Created.After(b.Created)
@@ -75,12 +75,12 @@ func (l *intentLog) add(pi intent) int {
 	pi.seq, pi.recorded = l.seq, time.Now()
 	p := &pi
 	i, _ := slices.BinarySearchFunc(l.list, p, func(e, t *intent) int {
-		if newer(e, t) {
+		if newer(t, e) {
 			return -1
 		}
 		return 1
 	})
-	l.list = slices.Insert(l.list, i, p)
+	l.list = slices.Insert(l.list, i, p) // nearly always at the end: O(1), not a copy of the list
 	l.byID[p.ID] = p
 	charges := 0
 	if p.Status == "succeeded" {
@@ -95,8 +95,9 @@ func (l *intentLog) add(pi intent) int {
 
 // evictOldest forgets the intent created first.
 func (l *intentLog) evictOldest() {
-	oldest := l.list[len(l.list)-1]
-	l.list = l.list[:len(l.list)-1]
+	oldest := l.list[0]
+	l.list[0] = nil
+	l.list = l.list[1:]
 	delete(l.byID, oldest.ID)
 	if oldest.Status != "succeeded" {
 		return
@@ -157,12 +158,12 @@ func (l *intentLog) page(q intentQuery) ([]intent, bool, error) {
 	default:
 		// Intents newer than the window are skipped by a binary search, not a scan.
 		if q.createdLTE != nil {
-			from = sort.Search(len(l.list), func(i int) bool { return l.list[i].Created.Unix() <= *q.createdLTE })
+			from = sort.Search(len(l.list), func(i int) bool { return l.at(i).Created.Unix() <= *q.createdLTE })
 		}
 	}
 	var out []intent
 	for i := from; i >= 0 && i < len(l.list); i += step {
-		pi := l.list[i]
+		pi := l.at(i)
 		if step == 1 && q.createdGTE != nil && pi.Created.Unix() < *q.createdGTE {
 			break // older than the window, as is everything after it
 		}
@@ -183,7 +184,7 @@ func (l *intentLog) page(q intentQuery) ([]intent, bool, error) {
 	return out, false, nil
 }
 
-// position finds id's place in the list.
+// position finds id's place in the list, newest first (at's index).
 func (l *intentLog) position(id string) (int, error) {
 	p, ok := l.byID[id]
 	if !ok {
@@ -193,19 +194,23 @@ func (l *intentLog) position(id string) (int, error) {
 		switch {
 		case e == t:
 			return 0
-		case newer(e, t):
+		case newer(t, e):
 			return -1
 		}
 		return 1
 	})
-	return i, nil
+	return len(l.list) - 1 - i, nil
 }
+
+// at returns the intent i-th newest.
+func (l *intentLog) at(i int) *intent { return l.list[len(l.list)-1-i] }
 
 // search returns the intents of orderID recorded at or before visible, newest first: what a
 // search index that lags the list shows.
 func (l *intentLog) search(orderID string, visible time.Time) []intent {
 	out := []intent{}
-	for _, pi := range l.list {
+	for i := range l.list {
+		pi := l.at(i)
 		if pi.OrderID == orderID && !pi.recorded.After(visible) {
 			out = append(out, *pi)
 		}
