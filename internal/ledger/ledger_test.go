@@ -278,9 +278,7 @@ func TestLedgerSeesAChargeMadeWhileItWalks(t *testing.T) {
 func TestLedgerWaitsForAnOrdersOwnRecovery(t *testing.T) {
 	t.Parallel()
 	b := setupLedger(t, 2)
-	cfg := b.r.cfg
-	cfg.Late = 0
-	b.r.cfg = cfg
+	b.r.cfg.Late = 0 // no look-back
 	young := b.order(t, uuid.New(), order.StatusPending, "", 0)
 	chargeID := b.charge(t, young.String())
 	after := uuid.NewString()
@@ -491,9 +489,7 @@ func TestLedgerStartsFromThePreviousReleasesWatermark(t *testing.T) {
 func TestLedgerHoldsTheWindowForAPendingPaymentIntent(t *testing.T) {
 	t.Parallel()
 	b := setupLedger(t, 2)
-	cfg := b.r.cfg
-	cfg.Late = 0
-	b.r.cfg = cfg
+	b.r.cfg.Late = 0 // no look-back
 	_, err := b.client.Charge(context.Background(), payment.ChargeRequest{
 		OrderID: uuid.NewString(), Amount: 2598, Currency: "USD", PaymentMethod: "pm_card_authenticationRequired"})
 	if !payment.IsPending(err) {

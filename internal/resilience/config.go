@@ -150,8 +150,10 @@ func DefaultConfig() Config {
 		// hang, as the seed outage's, lasts 10 s.
 		AbandonedHold: 10 * time.Second,
 
-		// Half a healthy call: a fresh process's first calls wait for the
-		// first completions; longer only delays the fallback in a hang.
+		// Half a healthy call (docs/operations.md derives it as p50 / 2):
+		// longer only delays the fallback in a hang. A process started cold
+		// above the initial limit's rate defers the few calls that arrive
+		// before the first completions.
 		BulkheadWait: 100 * time.Millisecond,
 		// Where the article's bulkhead sits, right for 20 req/s × 200 ms;
 		// slow start doubles it per round trip when the load needs more.
