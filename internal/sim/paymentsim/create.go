@@ -3,6 +3,7 @@ package paymentsim
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -15,22 +16,39 @@ import (
 // bytes.
 const maxBodyBytes = 16 << 10
 
-// handleCreateIntent serves POST /v1/payment_intents: the key check, the rate limit, then
-// faults (they stand for trouble in front of the provider's ledger), then validation, then
-// the idempotency ledger, then processing.
+// handleCreateIntent serves POST /v1/payment_intents: a create, confirmed (confirm=true) or
+// not.
 func (s *Simulator) handleCreateIntent() http.HandlerFunc {
+	return s.write(func(r *http.Request, body []byte) (intentRequest, *paramError) {
+		return decodeIntentRequest(body)
+	})
+}
+
+// handleConfirmIntent serves POST /v1/payment_intents/{id}/confirm: the charge of an intent
+// created unconfirmed, or declined and given another payment method.
+func (s *Simulator) handleConfirmIntent() http.HandlerFunc {
+	return s.write(func(r *http.Request, body []byte) (intentRequest, *paramError) {
+		return decodeConfirmRequest(r.PathValue("id"), body)
+	})
+}
+
+// write wraps a request that writes an intent (a create, a confirm) in what every write
+// gets: the key check, the rate limit, then faults (they stand for trouble in front of the
+// provider's ledger), then validation, then the idempotency ledger, then processing, and
+// the charge metrics.
+func (s *Simulator) write(decode func(*http.Request, []byte) (intentRequest, *paramError)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		fault := s.srv.Faults.Active(start)
 		done := s.inflight.add(fault != Fault{})
-		outcome := s.serveCreateIntent(w, r, fault)
+		outcome := s.serveWrite(w, r, fault, decode)
 		done()
 		s.metrics.Observe(outcome, time.Since(start))
 	}
 }
 
-// serveCreateIntent answers one create under fault, the faults active as it arrived.
-func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fault Fault) outcome {
+// serveWrite answers one create or confirm under fault, the faults active as it arrived.
+func (s *Simulator) serveWrite(w http.ResponseWriter, r *http.Request, fault Fault, decode func(*http.Request, []byte) (intentRequest, *paramError)) outcome {
 	// Read the whole body first: net/http notices a client hanging up (and cancels
 	// r.Context) only once the body has been consumed, and a hung request must notice.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
@@ -41,7 +59,7 @@ func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fa
 	if !authorized(w, r) {
 		return simulator.OutcomeInvalid
 	}
-	// The rate limit stands in front of everything else, as a provider's edge does: a create
+	// The rate limit stands in front of everything else, as a provider's edge does: a write
 	// over it is refused at once, whatever trouble lies behind.
 	if s.rateLimit(w, fault) {
 		return outcomeRateLimited
@@ -53,7 +71,7 @@ func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fa
 		writeInvalid(w, "", "the body must be form-encoded (application/x-www-form-urlencoded), not "+ct)
 		return simulator.OutcomeInvalid
 	}
-	req, perr := decodeIntentRequest(body)
+	req, perr := decode(r, body)
 	if perr != nil {
 		writeParamError(w, perr)
 		return simulator.OutcomeInvalid
@@ -67,7 +85,7 @@ func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fa
 		return simulator.OutcomeInvalid
 	}
 
-	e, c := s.ledger.claim(key, req)
+	e, c, pi, err := s.ledger.claim(key, req)
 	switch c {
 	case claimDone:
 		writeResponse(w, e.resp, true)
@@ -80,11 +98,13 @@ func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fa
 		writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{Type: "idempotency_error",
 			Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."}), false)
 		return outcomeMismatch
+	case claimRefused:
+		return writeConfirmRefusal(w, req.Intent, err)
 	}
 
 	// A real provider finishes what it started even if the caller hung up, which is why a
 	// caller's timeout alone does not relieve a slow provider.
-	resp, pi := s.processIntent(context.WithoutCancel(r.Context()), req, fault)
+	resp, pi := s.processIntent(context.WithoutCancel(r.Context()), pi, req.Confirm, fault)
 	s.ledger.finish(e, resp, pi)
 	out := outcomeSucceeded
 	switch pi.Status {
@@ -92,6 +112,8 @@ func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fa
 		out = outcomeDeclined
 	case "requires_action":
 		out = outcomeRequiresAction
+	case "requires_confirmation":
+		out = outcomeRequiresConfirmation
 	}
 	if fault.ResetAfterCharge {
 		dropConnection(w)
@@ -101,17 +123,40 @@ func (s *Simulator) serveCreateIntent(w http.ResponseWriter, r *http.Request, fa
 	return out
 }
 
-// processIntent takes a charge's processing time (see work), then confirms the intent with
-// its payment method: a decline leaves it requires_payment_method and answers 402 with the
-// intent in the error, as Stripe does; a card asking for authentication leaves it
-// requires_action; any other succeeds with a charge, the intent's latest_charge.
-func (s *Simulator) processIntent(ctx context.Context, req intentRequest, fault Fault) (response, intent) {
-	created := s.work(ctx, fault)
-	pi := intent{
-		ID: "pi_" + rand.Text(), Amount: req.Amount, Currency: req.Currency, PaymentMethod: req.PaymentMethod,
-		OrderID: req.OrderID, Created: created,
+// writeConfirmRefusal answers a confirm that the state of its intent refused (see
+// intentLog.beginConfirm) as Stripe does.
+func writeConfirmRefusal(w http.ResponseWriter, id string, err error) outcome {
+	if state, ok := errors.AsType[*unexpectedStateError](err); ok {
+		j := state.intent.json()
+		writeResponse(w, stripeErrorResponse(http.StatusBadRequest, stripeError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+			Message: "You cannot confirm this PaymentIntent because it has a status of " + state.intent.Status + ".", PaymentIntent: &j}), false)
+		return simulator.OutcomeInvalid
 	}
-	switch req.PaymentMethod {
+	if errors.Is(err, errIntentLocked) {
+		writeResponse(w, stripeErrorResponse(http.StatusTooManyRequests, stripeError{Type: "invalid_request_error", Code: "lock_timeout",
+			Message: "This object cannot be accessed right now because another API request or Stripe process is currently accessing it."}), false)
+		return outcomeConflict
+	}
+	writeResponse(w, stripeErrorResponse(http.StatusNotFound, stripeError{Type: "invalid_request_error", Code: "resource_missing",
+		Param: "intent", Message: "No such payment_intent: '" + id + "'"}), false)
+	return simulator.OutcomeInvalid
+}
+
+// processIntent takes a write's processing time and leaves pi as it ends. Unconfirmed, pi
+// is a new intent that moves no money: it takes a request's processing time, as a read
+// does, outside the capacity model, and is left requires_confirmation. Confirmed, it
+// takes a charge's processing time (see work), then is confirmed with its payment method: a
+// decline leaves it requires_payment_method and answers 402 with the intent in the error,
+// as Stripe does; a card asking for authentication leaves it requires_action; any other
+// succeeds with a charge, the intent's latest_charge.
+func (s *Simulator) processIntent(ctx context.Context, pi intent, confirm bool, fault Fault) (response, intent) {
+	if !confirm {
+		simulator.Sleep(ctx, s.latency(fault)+time.Duration(fault.Latency))
+		pi.Status = "requires_confirmation"
+		return jsonResponse(http.StatusOK, pi.json()), pi
+	}
+	s.work(ctx, fault)
+	switch pi.PaymentMethod {
 	case declinedMethod:
 		pi.Status = "requires_payment_method"
 		j := pi.json()
@@ -126,13 +171,9 @@ func (s *Simulator) processIntent(ctx context.Context, req intentRequest, fault 
 }
 
 // work takes the time drawn for a charge (see latency), under the capacity model (see
-// scaledLatency) and with fault's latency added, and returns the PaymentIntent's creation
-// time: when its processing began, as a real provider stamps it when it accepts the
-// request. An intent that took long therefore appears in the list after intents created
-// later than it, which the ledger walk must not miss. ctx carries no cancellation from the
+// scaledLatency) and with fault's latency added. ctx carries no cancellation from the
 // client, only values.
-func (s *Simulator) work(ctx context.Context, fault Fault) time.Time {
-	created := time.Now().UTC().Truncate(time.Microsecond)
+func (s *Simulator) work(ctx context.Context, fault Fault) {
 	n := int(s.processing.Add(1))
 	defer s.processing.Add(-1)
 	capacity := s.cfg.Capacity
@@ -141,7 +182,6 @@ func (s *Simulator) work(ctx context.Context, fault Fault) time.Time {
 	}
 	s.inflight.processing(capacity > 0 && n > capacity)
 	simulator.Sleep(ctx, scaledLatency(s.latency(fault), n, capacity)+time.Duration(fault.Latency))
-	return created
 }
 
 // response is a finished answer as the ledger keeps it, so a replay is byte-for-byte identical.

@@ -36,7 +36,7 @@ func FuzzDecodeIntentRequest(f *testing.F) {
 // encodeIntentRequest writes req as a client would send it.
 func encodeIntentRequest(req intentRequest) string {
 	form := url.Values{"amount": {strconv.FormatInt(req.Amount, 10)}, "currency": {req.Currency},
-		"payment_method": {req.PaymentMethod}, "confirm": {"true"}}
+		"payment_method": {req.PaymentMethod}, "confirm": {strconv.FormatBool(req.Confirm)}}
 	if req.OrderID != "" {
 		form.Set("metadata[order_id]", req.OrderID)
 	}

@@ -14,7 +14,8 @@ import (
 
 // The PaymentIntents subset of Stripe's API (docs/design.md, "Provider protocol"):
 //
-//	POST /v1/payment_intents                 create and confirm (confirm=true)
+//	POST /v1/payment_intents                 create and confirm (confirm=true), or create only
+//	POST /v1/payment_intents/{id}/confirm    confirm an intent created unconfirmed
 //	GET  /v1/payment_intents/{id}            retrieve
 //	GET  /v1/payment_intents?created[gte]=…  list, newest first
 //	GET  /v1/payment_intents/search?query=…  search by metadata['order_id'], lagging (SearchLag)
@@ -34,14 +35,16 @@ const (
 	authenticationRequiredMethod = "pm_card_authenticationRequired"
 )
 
-// intentRequest is a create's parameters. Two creates with one Idempotency-Key must carry
-// equal intentRequests, so the type stays comparable.
+// intentRequest is a create's or a confirm's parameters. Two requests with one
+// Idempotency-Key must carry equal intentRequests, so the type stays comparable.
 type intentRequest struct {
 	Amount        int64
 	Currency      string
-	PaymentMethod string
+	PaymentMethod string // a confirm's is optional: empty keeps the intent's
 	Types         string // payment_method_types, joined by commas
 	OrderID       string
+	Confirm       bool   // a create's confirm; always true for a confirm
+	Intent        string // the id of the intent a confirm confirms; empty for a create
 }
 
 // intentJSON is a PaymentIntent as Stripe renders it, the fields of the subset.
@@ -197,9 +200,11 @@ func parseIntentRequest(form url.Values) (intentRequest, *paramError) {
 			}
 			req.PaymentMethod = v
 		case key == "confirm":
-			if v != "true" {
-				return req, invalid(key, "the simulator creates PaymentIntents with confirm=true only")
+			confirm, err := strconv.ParseBool(v)
+			if err != nil || v != strconv.FormatBool(confirm) {
+				return req, invalid(key, "confirm must be true or false")
 			}
+			req.Confirm = confirm
 		case typesKeyRE.MatchString(key):
 			types = append(types, v)
 		case key == "metadata[order_id]":
@@ -218,8 +223,6 @@ func parseIntentRequest(form url.Values) (intentRequest, *paramError) {
 		return req, missing("currency")
 	case req.PaymentMethod == "":
 		return req, missing("payment_method")
-	case !form.Has("confirm"):
-		return req, invalid("confirm", "the simulator creates PaymentIntents with confirm=true only")
 	}
 	for _, t := range types {
 		if t != "card" {
@@ -227,6 +230,28 @@ func parseIntentRequest(form url.Values) (intentRequest, *paramError) {
 		}
 	}
 	req.Types = strings.Join(types, ",")
+	return req, nil
+}
+
+// decodeConfirmRequest reads a confirm of the intent id: its form may name another
+// payment_method, and nothing else in the subset.
+func decodeConfirmRequest(id string, body []byte) (intentRequest, *paramError) {
+	req := intentRequest{Intent: id, Confirm: true}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return req, invalid("", "malformed form body: %v", err)
+	}
+	for key, vals := range form {
+		switch {
+		case key != "payment_method":
+			return req, unknown(key)
+		case len(vals) != 1:
+			return req, invalid(key, "parameter %s given %d times", key, len(vals))
+		case !isToken(vals[0], 64):
+			return req, invalid(key, "payment_method must be 1 to 64 visible ASCII characters")
+		}
+		req.PaymentMethod = vals[0]
+	}
 	return req, nil
 }
 

@@ -86,7 +86,8 @@ func TestCreateIntentAnswers(t *testing.T) {
 			wantStatus: http.StatusBadRequest, wantType: "invalid_request_error", wantCode: "parameter_invalid"},
 		{name: "uppercase currency", form: strings.Replace(intentForm, "usd", "USD", 1),
 			wantStatus: http.StatusBadRequest, wantType: "invalid_request_error", wantCode: "parameter_invalid", wantParam: "currency"},
-		{name: "without confirm", form: strings.Replace(intentForm, "&confirm=true", "", 1),
+		{name: "without confirm", form: strings.Replace(intentForm, "&confirm=true", "", 1), wantStatus: http.StatusOK},
+		{name: "confirm neither true nor false", form: strings.Replace(intentForm, "confirm=true", "confirm=yes", 1),
 			wantStatus: http.StatusBadRequest, wantType: "invalid_request_error", wantCode: "parameter_invalid", wantParam: "confirm"},
 		{name: "missing amount", form: strings.Replace(intentForm, "amount=2598&", "", 1),
 			wantStatus: http.StatusBadRequest, wantType: "invalid_request_error", wantCode: "parameter_missing", wantParam: "amount"},
@@ -189,16 +190,16 @@ func TestCreateIntentIdempotency(t *testing.T) {
 func TestKeyRetention(t *testing.T) {
 	t.Parallel()
 	l := newLedger(10, time.Hour, 10)
-	e, c := l.claim("k", intentRequest{Amount: 1})
+	e, c, _, _ := l.claim("k", intentRequest{Amount: 1})
 	if c != claimNew {
 		t.Fatalf("first claim: %v", c)
 	}
 	l.finish(e, response{status: 200}, intent{ID: "pi_1", Status: "succeeded"})
-	if _, c := l.claim("k", intentRequest{Amount: 1}); c != claimDone {
+	if _, c, _, _ := l.claim("k", intentRequest{Amount: 1}); c != claimDone {
 		t.Fatalf("claim within the retention: got %v, want done", c)
 	}
 	e.at = e.at.Add(-time.Hour)
-	if _, c := l.claim("k", intentRequest{Amount: 1}); c != claimNew {
+	if _, c, _, _ := l.claim("k", intentRequest{Amount: 1}); c != claimNew {
 		t.Errorf("claim after the retention: got %v, want new", c)
 	}
 }

@@ -21,6 +21,7 @@ type intent struct {
 	LatestCharge  string    // the charge a succeeded intent made; empty otherwise
 	seq           int       // the order it was recorded in, which breaks ties of Created
 	recorded      time.Time // when it was recorded: search sees it only SearchLag later
+	confirming    bool      // a confirm is processing it (see beginConfirm)
 }
 
 // reference is the order a succeeded intent charged, by which duplicate charges are
@@ -68,9 +69,13 @@ func newer(a, b *intent) bool {
 	return a.seq > b.seq
 }
 
-// add records pi at its place in the list and returns how many charges its reference now
-// has: 0 unless pi succeeded.
+// add records pi at its place in the list, or the outcome of its confirm if the list holds
+// it already, and returns how many charges its reference now has: 0 unless pi succeeded.
 func (l *intentLog) add(pi intent) int {
+	if p, ok := l.byID[pi.ID]; ok {
+		p.Status, p.PaymentMethod, p.LatestCharge, p.confirming = pi.Status, pi.PaymentMethod, pi.LatestCharge, false
+		return l.charge(p)
+	}
 	l.seq++
 	pi.seq, pi.recorded = l.seq, time.Now()
 	p := &pi
@@ -82,15 +87,57 @@ func (l *intentLog) add(pi intent) int {
 	})
 	l.list = slices.Insert(l.list, i, p) // nearly always at the end: O(1), not a copy of the list
 	l.byID[p.ID] = p
-	charges := 0
-	if p.Status == "succeeded" {
-		l.charged[p.reference()]++
-		charges = l.charged[p.reference()]
-	}
+	charges := l.charge(p)
 	for len(l.list) > l.cap {
 		l.evictOldest()
 	}
 	return charges
+}
+
+// charge counts p among its reference's charges if it succeeded and returns how many that
+// reference now has: 0 unless p succeeded.
+func (l *intentLog) charge(p *intent) int {
+	if p.Status != "succeeded" {
+		return 0
+	}
+	l.charged[p.reference()]++
+	return l.charged[p.reference()]
+}
+
+// errIntentLocked: a confirm of an intent another confirm is processing.
+var errIntentLocked = errors.New("payment_intent locked by another request")
+
+// unexpectedStateError: a confirm of an intent whose status allows none.
+type unexpectedStateError struct{ intent intent }
+
+func (e *unexpectedStateError) Error() string {
+	return "payment_intent " + e.intent.ID + " is " + e.intent.Status
+}
+
+// beginConfirm takes the intent id for a confirm with paymentMethod (empty: the intent's
+// own) and returns it as the confirm will process it. As Stripe's, a confirm is refused
+// (errNoSuchIntent, errIntentLocked, *unexpectedStateError) unless the intent is
+// requires_confirmation, or requires_payment_method after a decline and given another
+// payment method; a succeeded intent is never confirmed again. Until add records the
+// outcome, a second confirm is refused as Stripe refuses a request on an object another
+// request holds (lock_timeout).
+func (l *intentLog) beginConfirm(id, paymentMethod string) (intent, error) {
+	p, ok := l.byID[id]
+	switch {
+	case !ok:
+		return intent{}, errNoSuchIntent
+	case p.confirming:
+		return intent{}, errIntentLocked
+	case p.Status == "requires_confirmation", p.Status == "requires_payment_method" && paymentMethod != "":
+	default:
+		return intent{}, &unexpectedStateError{intent: *p}
+	}
+	p.confirming = true
+	pi := *p
+	if paymentMethod != "" {
+		pi.PaymentMethod = paymentMethod
+	}
+	return pi, nil
 }
 
 // evictOldest forgets the intent created first.

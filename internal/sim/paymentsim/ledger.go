@@ -1,6 +1,7 @@
 package paymentsim
 
 import (
+	"crypto/rand"
 	"sync"
 	"time"
 )
@@ -13,6 +14,7 @@ const (
 	claimDone                  // finished earlier: replay the stored response
 	claimInFlight              // a request with this key is still processing
 	claimMismatch              // the key was used with other parameters
+	claimRefused               // a confirm its intent's state refuses; nothing recorded
 )
 
 // entry is one idempotency key's record. resp is written once, under the ledger's lock, and
@@ -90,29 +92,46 @@ func newLedger(keyCap int, keyRetention time.Duration, intentCap int) *ledger {
 	return l
 }
 
-// claim looks key up and, on first use, records it as in flight. A key older than the
-// retention is forgotten, as Stripe forgets keys after 24 hours: its reuse is a new request.
-func (l *ledger) claim(key string, req intentRequest) (*entry, claim) {
+// claim looks key up and, on first use, records it as in flight and returns the intent the
+// request works on. For a create that is a new intent, stamped with the time the request
+// was accepted, as a real provider stamps it: an intent that took long therefore appears in
+// the list after intents created later than it, which the ledger walk must not miss. For a
+// confirm it is the intent confirmed, taken for the confirm (see intentLog.beginConfirm); a
+// confirm its state refuses records nothing (claimRefused, with the reason), as Stripe saves
+// no result for a request it refused before executing it. A key older than the retention is
+// forgotten, as Stripe forgets keys after 24 hours: its reuse is a new request.
+func (l *ledger) claim(key string, req intentRequest) (*entry, claim, intent, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	e, ok := l.entries.get(key)
-	switch {
-	case !ok || now.Sub(e.at) >= l.keyRetention:
-		e = &entry{params: req, at: now, gen: l.gen}
-		l.entries.put(key, e)
-		return e, claimNew
-	case e.params != req:
-		return e, claimMismatch
-	case !e.done:
-		return e, claimInFlight
+	if e, ok := l.entries.get(key); ok && now.Sub(e.at) < l.keyRetention {
+		switch {
+		case e.params != req:
+			return e, claimMismatch, intent{}, nil
+		case !e.done:
+			return e, claimInFlight, intent{}, nil
+		}
+		return e, claimDone, intent{}, nil
 	}
-	return e, claimDone
+	pi := intent{
+		ID: "pi_" + rand.Text(), Amount: req.Amount, Currency: req.Currency, PaymentMethod: req.PaymentMethod,
+		OrderID: req.OrderID, Created: now.UTC().Truncate(time.Microsecond),
+	}
+	if req.Intent != "" {
+		var err error
+		if pi, err = l.intents.beginConfirm(req.Intent, req.PaymentMethod); err != nil {
+			return nil, claimRefused, intent{}, err
+		}
+	}
+	e := &entry{params: req, at: now, gen: l.gen}
+	l.entries.put(key, e)
+	return e, claimNew, pi, nil
 }
 
 // finish stores a claimed key's response for replays and records the PaymentIntent the
-// request created, whatever its status: a succeeded one is a charge, a
-// requires_payment_method one a decline, a requires_action one neither.
+// request created or confirmed, whatever its status: a succeeded one is a charge, a
+// requires_payment_method one a decline, a requires_action or requires_confirmation one
+// neither.
 func (l *ledger) finish(e *entry, resp response, pi intent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -13,16 +13,18 @@ import (
 type outcome = simulator.Outcome
 
 const (
-	outcomeSucceeded        outcome = "succeeded"
-	outcomeDeclined         outcome = "declined"
-	outcomeRequiresAction   outcome = "requires_action" // a PaymentIntent left for the customer to authenticate
-	outcomeReplayed         outcome = "replayed"
-	outcomeConflict         outcome = "conflict"
-	outcomeMismatch         outcome = "mismatch"
-	outcomeRefused          outcome = "refused"
-	outcomeResetAfterCharge outcome = "reset_after_charge"
-	outcomeRateLimited      outcome = "rate_limited" // answered 429 by the rate limit
-	outcomeFound            outcome = "found"        // a read answered 200, whatever it found
+	outcomeSucceeded      outcome = "succeeded"
+	outcomeDeclined       outcome = "declined"
+	outcomeRequiresAction outcome = "requires_action" // a PaymentIntent left for the customer to authenticate
+	// outcomeRequiresConfirmation: a PaymentIntent created unconfirmed, which moved no money.
+	outcomeRequiresConfirmation outcome = "requires_confirmation"
+	outcomeReplayed             outcome = "replayed"
+	outcomeConflict             outcome = "conflict"
+	outcomeMismatch             outcome = "mismatch"
+	outcomeRefused              outcome = "refused"
+	outcomeResetAfterCharge     outcome = "reset_after_charge"
+	outcomeRateLimited          outcome = "rate_limited" // answered 429 by the rate limit
+	outcomeFound                outcome = "found"        // a read answered 200, whatever it found
 )
 
 // metrics are the charge request (create) metrics every simulator has, and the reads and

@@ -1,16 +1,16 @@
 // Package paymentsim simulates the outside payment provider that checkout charges.
 //
-// It serves the provider protocol — the PaymentIntents subset of Stripe's API (create with
-// confirm=true, retrieve, the newest-first list, a search that lags; see intent.go) — the
-// way a real provider does: a bounded Idempotency-Key cache that forgets keys after
-// KeyRetention, replays of finished requests, a record of PaymentIntents that outlives the
-// keys and answers reads, declines, ~200 ms of latency that grows once more charges arrive
-// than it has capacity for (see scaledLatency), an optional rate limit (see chargeLimiter),
-// and charges that complete even when the caller has already given up. Faults (latency,
-// latency distributions, brownouts, errors, hangs, outages, refused connections, lost
-// responses, reduced capacity, rate limits) can be switched on, or scheduled, at runtime
-// through an admin API, so the demo, the experiment and the tests can break the provider on
-// purpose and watch checkout cope.
+// It serves the provider protocol — the PaymentIntents subset of Stripe's API (create,
+// confirmed at once or by a confirm later, retrieve, the newest-first list, a search that
+// lags; see intent.go) — the way a real provider does: a bounded Idempotency-Key cache that
+// forgets keys after KeyRetention, replays of finished requests, a record of PaymentIntents
+// that outlives the keys and answers reads, declines, ~200 ms of latency that grows once
+// more charges arrive than it has capacity for (see scaledLatency), an optional rate limit
+// (see chargeLimiter), and charges that complete even when the caller has already given up.
+// Faults (latency, latency distributions, brownouts, errors, hangs, outages, refused
+// connections, lost responses, reduced capacity, rate limits) can be switched on, or
+// scheduled, at runtime through an admin API, so the demo, the experiment and the tests can
+// break the provider on purpose and watch checkout cope.
 //
 // The package deliberately shares no code with internal/payment, the client: shared protocol
 // code would mirror a bug on both sides and hide it from the tests.

@@ -7,6 +7,7 @@ import "github.com/resilientcheckout/checkout/internal/sim/simulator"
 // stats, reset) in simulator.Routes.
 func (s *Simulator) routes() {
 	s.srv.Handle("POST /v1/payment_intents", s.handleCreateIntent())
+	s.srv.Handle("POST /v1/payment_intents/{id}/confirm", s.handleConfirmIntent())
 	s.srv.Handle("GET /v1/payment_intents", s.handleListIntents())
 	s.srv.Handle("GET /v1/payment_intents/{id}", s.handleRetrieveIntent())
 	s.srv.Handle("GET /v1/payment_intents/search", s.handleSearchIntents())
