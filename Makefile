@@ -8,7 +8,7 @@ BINARIES := checkout worker paymentsim catalogsim
 DATABASE_URL ?= postgres://checkout:checkout@localhost:5432/checkout?sslmode=disable
 export DATABASE_URL
 
-.PHONY: test build migrate run up lint experiment experiment-matrix experiment-catalog bench compose-smoke k8s-smoke chaos
+.PHONY: test build migrate run up lint experiment experiment-matrix experiment-catalog experiment-lookup bench compose-smoke k8s-smoke chaos
 
 ## test: run every test (unit, integration against real Postgres, e2e) with the race detector
 test:
@@ -37,6 +37,10 @@ experiment-matrix:
 ## experiment-catalog: the catalog down for 10 s under 20 req/s after a warm-up (stale cache), with a 5 s staleness bound, and from t=0 with a cold cache; local processes; writes results/
 experiment-catalog:
 	GO=$(GO) scripts/experiment-catalog
+
+## experiment-lookup: the cost of settling an unknown charge outcome, create+confirm with the list as lookup against create, store, confirm with a retrieve, on the real paymentsim (healthy, rate limited, the seed outage) and a database made in DATABASE_URL's server; writes results/lookupcost.md
+experiment-lookup: build
+	$(BIN)/lookupcost -paymentsim $(BIN)/paymentsim -out results/lookupcost.md
 
 ## bench: orders/s of the real binaries against a one-transaction baseline, on a PostgreSQL 15 of its own at default settings; writes results/ (flags: BENCH_FLAGS="-runs 5")
 bench:
