@@ -40,12 +40,7 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("resilience: unknown mode %q (want none, timeout or protected)", s)
 }
 
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
+func (m Mode) String() string { return nameOr(modeNames[:], m) }
 
 // Config tunes a [Policy]: start from [DefaultConfig]; [New] checks [Config.Validate].
 type Config struct {
@@ -93,8 +88,10 @@ type Config struct {
 	// when a call in flight is late (L2); 0: at the slow threshold.
 	LimitLateFactor float64
 	// Background marks a policy no customer waits on, a worker's backlog:
-	// its calls are late even while slots are held (L6), and it takes the
-	// fleet's probe lease after live processes.
+	// its calls are late even while slots are held (L6) and before the
+	// slow threshold (L10), its limit grows a slot per round trip until it
+	// has a late point (L9), and it takes the fleet's probe lease after
+	// live processes.
 	Background bool
 	// Rate caps the calls a second, evenly spaced (P1); 0: no cap. Set it
 	// below the dependency's rate limit by what the live calls need.

@@ -25,19 +25,24 @@ func warm(t *testing.T, b bundle, pr *provider, latency time.Duration, n int) {
 func TestLateCallShrinksTheLimitBeforeTheBreakerHearsOfIt(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name     string
-		factor   float64
-		shrinkAt time.Duration
+		name       string
+		factor     float64
+		tail       time.Duration // every recent call took this long
+		background bool
+		shrinkAt   time.Duration
 	}{
-		{"late at 1.5 × the percentile", 1.5, 300 * time.Millisecond},
-		{"factor 0: at the slow threshold", 0, 400 * time.Millisecond},
+		{"late at 1.5 × the percentile", 1.5, 200 * time.Millisecond, false, 300 * time.Millisecond},
+		{"factor 0: at the slow threshold", 0, 200 * time.Millisecond, false, 400 * time.Millisecond},
+		// A drain's own calls dragged the percentile up (L10).
+		{"percentile dragged up: at the slow threshold", 1.2, 350 * time.Millisecond, false, 400 * time.Millisecond},
+		{"percentile dragged up, background: at 4/5 of it", 1.2, 350 * time.Millisecond, true, 320 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitLateFactor = 1, tt.factor })
+				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitLateFactor, c.Background = 1, tt.factor, tt.background })
 				pr := &provider{}
-				warm(t, b, pr, 200*time.Millisecond, minTailSamples)
+				warm(t, b, pr, tt.tail, minTailSamples)
 				before := b.limit()
 
 				pr.set(0) // hangs from now on

@@ -25,7 +25,7 @@ const (
 )
 
 // limiter bounds the calls in flight to one dependency by AIMD between min
-// and max (equal: a fixed bulkhead); rules L1–L7 and L9 of docs/design.md,
+// and max (equal: a fixed bulkhead); rules L1–L7, L9 and L10 of docs/design.md,
 // "The payment limit's rules" (L8 is breaker.refusesNow). Delay-based limits
 // (Netflix's Gradient2, failsafe-go's adaptivelimiter) learn from calls
 // that complete, and a hung dependency completes none; AIMD takes a drop
@@ -318,8 +318,14 @@ func (l *limiter) heldRefuses() bool {
 // slots are held it is slow (L6), except for the backlog: a provider
 // finishing abandoned calls is slower for a reason the held slots already
 // count, and live calls late beside them would halve the limit again and
-// again; the slow threshold still tells a second hang.
+// again; the slow threshold still tells a second hang. A background limit's
+// bounds are four fifths of these (L10): a drain's own calls drag the
+// percentile up, and at the breaker's threshold the limit would hear of its
+// calls in flight only as they count slow and open the fleet's breaker.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
+	if l.yields {
+		slow = slow * 4 / 5
+	}
 	p99 := l.tail.percentile99()
 	if l.lateFactor <= 0 || p99 == 0 || (l.holding.Load() > 0 && !l.yields) {
 		return slow
@@ -369,10 +375,9 @@ func (l *limiter) grow() {
 		return
 	}
 	if l.yields && l.tail.percentile99() == 0 {
-		// L9: a background limit with no late point yet (L2 needs
-		// minTailSamples) grows a slot per round trip, not per call, so a
-		// backlog's drain does not double past the dependency's capacity
-		// before anything can say it is late.
+		// L9: with no late point yet (L2 needs minTailSamples), a slot per
+		// round trip, not per call: a drain must not double past the
+		// dependency's capacity before anything can say it is late.
 		if l.sinceGrown++; l.sinceGrown < l.limit {
 			return
 		}

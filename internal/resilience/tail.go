@@ -7,12 +7,11 @@ import (
 	"time"
 )
 
-// tailSamples is how many successful calls judge the calls in flight: 13 s
-// of them at 40 calls/s (with 256, a healthy long tail's percentile
-// wandered low enough to call one call in a thousand late). Below
-// minTailSamples, a call is late only at the slow threshold: the 99th
-// percentile of fewer calls is their slowest, for a long tail well below
-// the true one (of 20 log-normal calls with σ 0.5, about the 95th).
+// tailSamples successful calls judge the calls in flight: 13 s of them at 40
+// calls/s (with 256, a healthy long tail's percentile wandered low enough to
+// call one call in a thousand late). Below minTailSamples a call is late only
+// at the slow threshold: the 99th percentile of fewer calls is their slowest,
+// for a long tail well below the true one (of 20 with σ 0.5, about the 95th).
 const (
 	tailSamples    = 512
 	minTailSamples = 100
