@@ -133,6 +133,12 @@ func (d *oneStep) audit(ctx context.Context, orders []*trackedOrder) (Audit, err
 		}
 		q.StartingAfter = page.Cursor
 	}
+	return newAudit(charges, orders), nil
+}
+
+// newAudit sets what the lab believes of each order against charges, its succeeded
+// PaymentIntents by order id.
+func newAudit(charges map[string]int, orders []*trackedOrder) Audit {
 	var a Audit
 	for _, o := range orders {
 		n := charges[o.id.String()]
@@ -149,5 +155,5 @@ func (d *oneStep) audit(ctx context.Context, orders []*trackedOrder) (Audit, err
 			a.NotCharged++
 		}
 	}
-	return a, nil
+	return a
 }

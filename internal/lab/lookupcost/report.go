@@ -3,6 +3,7 @@ package lookupcost
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -66,15 +67,14 @@ func newPhase(t *tally, orders []*trackedOrder, hang *window) Phase {
 	return p
 }
 
-// percentile is the nearest-rank q-quantile of ds, 0 for none.
+// percentile is the nearest-rank q-quantile of ds (the ⌈q·n⌉-th smallest), 0 for none.
 func percentile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s))*q+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	s := slices.Sorted(slices.Values(ds))
+	rank := int(math.Ceil(q * float64(len(s))))
+	return s[min(max(rank, 1), len(s))-1]
 }
 
 // Report is a whole run.

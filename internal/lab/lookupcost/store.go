@@ -2,48 +2,49 @@ package lookupcost
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// databaseName is the throwaway database the run creates and drops.
-const databaseName = "lookupcost"
-
 // store is where the two-step design keeps a PaymentIntent's id before confirming it: a
 // real UPDATE, committed, on a real table, as an order row would take it.
 type store struct {
 	admin *pgx.Conn // the maintenance database, to drop ours at the end
+	name  string    // ours, lookupcost_<random>
 	pool  *pgxpool.Pool
 }
 
-// openStore creates the database afresh on the server of url and its table.
+// openStore creates a database of the run's own on the server of url, and its table. Its name
+// is random so that a run never drops another's on the same server (the smoke test's beside
+// `make experiment-lookup`'s).
 func openStore(ctx context.Context, url string) (*store, error) {
 	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", url, err)
 	}
-	for _, stmt := range []string{"DROP DATABASE IF EXISTS " + databaseName + " WITH (FORCE)", "CREATE DATABASE " + databaseName} {
-		if _, err := admin.Exec(ctx, stmt); err != nil {
-			_ = admin.Close(ctx)
-			return nil, fmt.Errorf("%s: %w", stmt, err)
-		}
+	name := "lookupcost_" + strings.ToLower(rand.Text())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = admin.Close(ctx)
+		return nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		_ = admin.Close(ctx)
 		return nil, err
 	}
-	cfg.ConnConfig.Database = databaseName
+	cfg.ConnConfig.Database = name
 	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		_ = admin.Close(ctx)
 		return nil, err
 	}
-	s := &store{admin: admin, pool: pool}
+	s := &store{admin: admin, name: name, pool: pool}
 	if _, err := pool.Exec(ctx, "CREATE TABLE orders (id uuid PRIMARY KEY, payment_intent text)"); err != nil {
 		s.close()
 		return nil, err
@@ -78,6 +79,6 @@ func (s *store) storeIntent(ctx context.Context, id uuid.UUID, intent string) er
 func (s *store) close() {
 	ctx := context.Background()
 	s.pool.Close()
-	_, _ = s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+databaseName+" WITH (FORCE)") // a leftover is dropped by the next run
+	_, _ = s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+s.name+" WITH (FORCE)")
 	_ = s.admin.Close(ctx)
 }
