@@ -23,10 +23,13 @@ func TestRunSmoke(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Paymentsim, cfg.DatabaseURL, cfg.LogDir = filepath.Join(bin, "paymentsim"), dbtest.URL(t), t.TempDir()
 	cfg.Rate, cfg.Duration = 10, time.Second
+	// A timeout five times paymentsim's 200 ms, so that a busy machine (make test runs
+	// packages in parallel) does not turn a healthy answer into an unknown outcome.
+	cfg.Timeout = time.Second
 	// The hang starts on an order's arrival and is longer than the attempt timeout: the
 	// orders within the hang go unanswered, and the two-step's created just before it have
 	// their confirm hang.
-	cfg.OutageLoad, cfg.HangAt, cfg.HangFor = 2*time.Second, 500*time.Millisecond, time.Second
+	cfg.OutageLoad, cfg.HangAt, cfg.HangFor = 3*time.Second, 500*time.Millisecond, 2*time.Second
 	// 5 charges a second against the two-step's 20 writes in about a second: some are refused.
 	cfg.RateLimit = 5
 
