@@ -212,3 +212,35 @@ func testFiftyCallsMakeNoPercentile(t *testing.T) {
 		t.Errorf("100 calls: lateAfter = %v, want %v (1.2 × their 99th percentile)", got, want)
 	}
 }
+
+// A background limit grows a slot per round trip until it has a late point
+// (L9), so that a drain cannot double it past the dependency's capacity
+// before a call can be late; then, and for a live limit always, one a call.
+func TestABackgroundLimitGrowsPerRoundTripUntilItHasALatePoint(t *testing.T) {
+	t.Parallel()
+	healthyCalls := func(l *limiter, n int) int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for range n {
+			l.inFlight = l.limit // every slot taken: the load presses on it
+			l.adapt(healthy)
+		}
+		l.inFlight = 0
+		return l.limit
+	}
+	live := newLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	if got := healthyCalls(live, 4); got != 8 {
+		t.Errorf("live limit after 4 healthy calls from 4 = %d, want 8 (one a call)", got)
+	}
+	bg := newLimiter(4, 1, 20, 0.5, 0, testLimiterMetrics())
+	bg.yields, bg.lateFactor = true, 1.2
+	if got := healthyCalls(bg, 4+5); got != 6 {
+		t.Errorf("background limit after 9 healthy calls from 4 = %d, want 6 (one a round trip: 4 calls, then 5)", got)
+	}
+	for range minTailSamples {
+		bg.tail.add(200 * time.Millisecond)
+	}
+	if got := healthyCalls(bg, 4); got != 10 {
+		t.Errorf("background limit with a late point, after 4 more healthy calls = %d, want 10 (one a call)", got)
+	}
+}

@@ -25,7 +25,7 @@ const (
 )
 
 // limiter bounds the calls in flight to one dependency by AIMD between min
-// and max (equal: a fixed bulkhead); rules L1–L7 and L10 of docs/design.md,
+// and max (equal: a fixed bulkhead); rules L1–L7, L9 and L10 of docs/design.md,
 // "The payment limit's rules" (L8 is breaker.refusesNow). Delay-based limits
 // (Netflix's Gradient2, failsafe-go's adaptivelimiter) learn from calls
 // that complete, and a hung dependency completes none; AIMD takes a drop
@@ -44,6 +44,7 @@ type limiter struct {
 	limit       int
 	inFlight    int
 	starved     bool // a caller found the limit reached since it last grew
+	sinceGrown  int  // healthy calls since it last grew (L9)
 	waiters     []*waiter
 	held        []time.Time // when each slot kept by releaseAfter frees, in order
 	probing     bool        // a call holds the slot over the limit (acquireProbe)
@@ -373,8 +374,17 @@ func (l *limiter) grow() {
 	if l.limit >= l.max || !pressed {
 		return
 	}
+	if l.yields && l.tail.percentile99() == 0 {
+		// L9: with no late point yet (L2 needs minTailSamples), a slot per
+		// round trip, not per call: a drain must not double past the
+		// dependency's capacity before anything can say it is late.
+		if l.sinceGrown++; l.sinceGrown < l.limit {
+			return
+		}
+	}
 	l.limit++
 	l.starved = false
+	l.sinceGrown = 0
 }
 
 // current returns the limit and the calls in flight, for tests.
