@@ -162,20 +162,23 @@ func (f *fleet) seedOutage(t *testing.T) {
 		}
 	}
 
-	// Sharing: every process had the fleet's open state imposed (exported
-	// and logged), and sent no charge while the fleet refused for it —
-	// open, or half-open with another process holding the probe lease.
-	// Each checkout still trips its own breaker on the first wave (it sees
-	// a third of the load, and the fleet only shares the opening); what
-	// sharing saves shows after it: one process probes for all.
+	// Sharing: every process had the fleet's refusing state imposed
+	// (exported and logged) — open, or half-open with another process
+	// holding the probe lease, for one that read the row only after the
+	// open time (a busy machine delays a notification past the 1 s) — and
+	// sent no charge while the fleet refused for it. Each checkout still
+	// trips its own breaker on the first wave (it sees a third of the load,
+	// and the fleet only shares the opening); what sharing saves shows
+	// after it: one process probes for all.
 	for _, m := range f.members {
 		fam := scrape(t, m.proc.URL)
-		imposed := value(fam, "resilience_breaker_imposed_total", "name", m.policy, "source", "fleet", "state", "open")
+		imposed := value(fam, "resilience_breaker_imposed_total", "name", m.policy, "source", "fleet", "state", "open") +
+			value(fam, "resilience_breaker_imposed_total", "name", m.policy, "source", "fleet", "state", "half-open")
 		tripped := value(fam, "resilience_breaker_transitions_total", "name", m.policy, "to", "open")
 		probed := value(fam, "resilience_breaker_imposed_total", "name", m.policy, "source", "fleet", "state", "probing")
 		windows := refusals(t, m)
-		if imposed == 0 || !slices.ContainsFunc(windows, func(w window) bool { return w.state == "open" }) {
-			t.Errorf("%s: the fleet's open state was imposed %v times (metric), logged in %d windows; want at least once: the fleet did not share the opening",
+		if imposed == 0 || len(windows) == 0 {
+			t.Errorf("%s: the fleet's refusing state was imposed %v times (metric), logged in %d windows; want at least once: the fleet did not share the opening",
 				m.name, imposed, len(windows))
 		}
 		var checked time.Duration

@@ -167,7 +167,9 @@ func TestARetryOfAStoredOrderIsNeverAnswered503(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ocfg := order.DefaultConfig()
-			ocfg.Fallback, ocfg.DBTimeout = false, 600*time.Millisecond
+			// Long enough for the first write on a machine busy with the
+			// whole suite; the held lock waits it out.
+			ocfg.Fallback, ocfg.DBTimeout = false, 2*time.Second
 			ccfg := catalog.DefaultConfig()
 			ccfg.TTL, ccfg.MaxStaleness = time.Millisecond, time.Millisecond // every check asks the catalog
 			b, _ := setup(t, options{orders: &ocfg, catalog: &ccfg})
