@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
+	labprocess "github.com/resilientcheckout/checkout/internal/lab/process"
 	"github.com/resilientcheckout/checkout/internal/payment"
 )
 
@@ -20,49 +17,21 @@ import (
 // system's, not through paymentsim's types.
 type paymentsim struct {
 	url   string
-	cmd   *exec.Cmd
+	proc  *labprocess.Child
 	admin *http.Client
 }
 
-// startPaymentsim runs the binary at path on a free loopback port, its output in logPath,
-// and waits for its /health.
+// startPaymentsim runs the binary at path, its output in logPath, and waits for its /health.
 func startPaymentsim(ctx context.Context, path, logPath string) (*paymentsim, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	proc, err := labprocess.Launch(ctx, "paymentsim", path, nil, nil, logPath)
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // paymentsim binds it next; nothing else on loopback takes it in between
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.CommandContext(ctx, path)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HTTP_ADDR=" + addr}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start paymentsim: %w", err)
-	}
-	sim := &paymentsim{url: "http://" + addr, cmd: cmd, admin: &http.Client{Timeout: 5 * time.Second}}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if err := sim.do(ctx, http.MethodGet, "/health", "", nil); err == nil {
-			return sim, nil
-		} else if time.Now().After(deadline) {
-			sim.stop()
-			return nil, fmt.Errorf("paymentsim not healthy within 15 s (see %s): %w", logPath, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling another process
-	}
+	return &paymentsim{url: proc.URL, proc: proc, admin: &http.Client{Timeout: 5 * time.Second}}, nil
 }
 
 // stop ends paymentsim with SIGTERM, as an orchestrator would.
-func (s *paymentsim) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait() // exits non-zero on the signal; nothing to report
-}
+func (s *paymentsim) stop() { _ = s.proc.Stop(5 * time.Second) }
 
 // reset clears the faults and forgets every intent, key and count.
 func (s *paymentsim) reset(ctx context.Context) error {

@@ -2,8 +2,9 @@
 // a binary's real wiring — its run function — inside a test (Start), or a
 // built binary as a child process (StartBinary), on port :0, with the
 // environment given as a map, logs captured, and a clean shutdown when the
-// test ends. Every cmd/* exposes run so that its tests exercise the same
-// wiring the binary runs.
+// test ends; and, for a lab tool outside a test, a built binary with its
+// log in a file (Launch). Every cmd/* exposes run so that its tests exercise
+// the same wiring the binary runs.
 package process
 
 import (

@@ -23,6 +23,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	labprocess "github.com/resilientcheckout/checkout/internal/lab/process"
 )
 
 // Variants, in the order each pair runs them.
@@ -215,14 +217,14 @@ func checkoutEnv(dbURL, payment string, extra []string) []string {
 
 // stack starts the processes of one variant against database and returns
 // them in start order, the one taking the load last.
-func (r *runner) stack(ctx context.Context, variant string, run int, database string) ([]*process, error) {
+func (r *runner) stack(ctx context.Context, variant string, run int, database string) ([]*labprocess.Child, error) {
 	dbURL := "DATABASE_URL=" + r.cluster.databaseURL(database)
 	logPath := func(name string) string {
 		return filepath.Join(r.workDir, fmt.Sprintf("%s-%d-%s.log", variant, run, name))
 	}
-	var ps []*process
+	var ps []*labprocess.Child
 	start := func(name, path string, args []string, env ...string) error {
-		p, err := startProcess(ctx, name, path, args, env, logPath(name))
+		p, err := labprocess.Launch(ctx, name, path, args, env, logPath(name))
 		if err != nil {
 			return err
 		}
@@ -237,7 +239,7 @@ func (r *runner) stack(ctx context.Context, variant string, run int, database st
 		// A provider that answers at once: no latency, no jitter.
 		err = start("paymentsim", r.bin("paymentsim"), nil, "PAYMENTSIM_LATENCY=0s", "PAYMENTSIM_JITTER=0s")
 		if err == nil {
-			payment := "STRIPE_API_BASE=" + ps[0].url
+			payment := "STRIPE_API_BASE=" + ps[0].URL
 			err = start("worker", r.bin("worker"), nil, append([]string{dbURL, payment}, r.cfg.WorkerEnv...)...)
 			if err == nil {
 				err = start("checkout", r.bin("checkout"), nil, checkoutEnv(dbURL, payment, r.cfg.CheckoutEnv)...)
@@ -247,7 +249,7 @@ func (r *runner) stack(ctx context.Context, variant string, run int, database st
 		err = fmt.Errorf("unknown variant %q", variant)
 	}
 	if err != nil {
-		return nil, errors.Join(err, stopAll(ps))
+		return nil, errors.Join(err, labprocess.StopAll(ps))
 	}
 	return ps, nil
 }
@@ -268,7 +270,7 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	stopped := false
 	defer func() {
 		if !stopped {
-			_ = stopAll(ps)
+			_ = labprocess.StopAll(ps)
 		}
 	}()
 	front := ps[len(ps)-1]
@@ -291,7 +293,7 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	}
 	load := loadConfig{Wrk: r.cfg.Wrk, Threads: r.cfg.Threads, Connections: r.cfg.Connections, Timeout: r.cfg.Timeout}
 	keys := fmt.Sprintf("%s-%s-%d", r.tag, variant, run)
-	warm, err := runWrk(ctx, load, r.workDir, front.url, r.cfg.Warmup, keys+"-warmup")
+	warm, err := runWrk(ctx, load, r.workDir, front.URL, r.cfg.Warmup, keys+"-warmup")
 	if err == nil {
 		err = warm.check()
 	}
@@ -304,7 +306,7 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := runWrk(ctx, load, r.workDir, front.url, r.cfg.Duration, keys)
+	res, err := runWrk(ctx, load, r.workDir, front.URL, r.cfg.Duration, keys)
 	if err != nil {
 		return Result{}, err
 	}
@@ -316,13 +318,13 @@ func (r *runner) measure(ctx context.Context, variant string, run int, template 
 		return Result{}, err
 	}
 	for _, p := range ps {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return Result{}, err
 		}
 	}
 
 	stopped = true
-	if err := stopAll(ps); err != nil {
+	if err := labprocess.StopAll(ps); err != nil {
 		return Result{}, err
 	}
 	if err := r.cluster.awaitNoSessions(ctx, database, 30*time.Second); err != nil {
@@ -361,14 +363,14 @@ type cpuSample struct {
 	Machine machineCPU
 }
 
-func (r *runner) sampleCPU(ps []*process) (cpuSample, error) {
+func (r *runner) sampleCPU(ps []*labprocess.Child) (cpuSample, error) {
 	s := cpuSample{Process: map[string]time.Duration{}}
 	var err error
 	if s.Machine, err = readMachineCPU("/proc"); err != nil {
 		return s, err
 	}
 	for _, p := range ps {
-		if s.Process[p.name], err = processCPU("/proc", p.pid()); err != nil {
+		if s.Process[p.Name], err = processCPU("/proc", p.PID()); err != nil {
 			return s, err
 		}
 	}

@@ -1,4 +1,4 @@
-package throughput
+package process
 
 import (
 	"context"
@@ -13,20 +13,21 @@ import (
 	"time"
 )
 
-// process is one binary of the stack under test, started with exactly the
-// environment it is given (plus PATH), its output in a log file.
-type process struct {
-	name    string
-	url     string // http://127.0.0.1:<port>
+// Child is one binary run as a child process by a lab tool (not a test: see
+// StartBinary), started with exactly the environment it is given (plus PATH),
+// its output in a log file.
+type Child struct {
+	Name    string
+	URL     string // http://127.0.0.1:<port>
 	logPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
 	err     error
 }
 
-// startProcess runs path args… listening on a free loopback port (passed as
+// Launch runs path args… listening on a free loopback port (passed as
 // HTTP_ADDR) and waits until it answers GET /health with 200.
-func startProcess(ctx context.Context, name, path string, args []string, env []string, logPath string) (*process, error) {
+func Launch(ctx context.Context, name, path string, args []string, env []string, logPath string) (*Child, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -43,25 +44,26 @@ func startProcess(ctx context.Context, name, path string, args []string, env []s
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, url: "http://" + addr, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Child{Name: name, URL: "http://" + addr, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		p.err = cmd.Wait()
 	}()
 	if err := p.awaitHealthy(ctx, 30*time.Second); err != nil {
-		_ = p.stop(5 * time.Second)
+		_ = p.Stop(5 * time.Second)
 		return nil, err
 	}
 	return p, nil
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// PID is the child's process id.
+func (p *Child) PID() int { return p.cmd.Process.Pid }
 
-func (p *process) awaitHealthy(ctx context.Context, within time.Duration) error {
+func (p *Child) awaitHealthy(ctx context.Context, within time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(within)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/health", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/health", nil)
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -72,20 +74,20 @@ func (p *process) awaitHealthy(ctx context.Context, within time.Duration) error 
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before it was healthy (%w)%s", p.name, p.err, p.logTail())
+			return fmt.Errorf("%s exited before it was healthy (%w)%s", p.Name, p.err, p.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond): // polling another process
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: /health not OK within %s (last: %w)%s", p.name, within, err, p.logTail())
+			return fmt.Errorf("%s: /health not OK within %s (last: %w)%s", p.Name, within, err, p.logTail())
 		}
 	}
 }
 
-// stop sends SIGTERM, as an orchestrator would, and waits for a clean exit;
+// Stop sends SIGTERM, as an orchestrator would, and waits for a clean exit;
 // after grace it kills the process.
-func (p *process) stop(grace time.Duration) error {
+func (p *Child) Stop(grace time.Duration) error {
 	select {
 	case <-p.done:
 		return p.exitError()
@@ -98,29 +100,29 @@ func (p *process) stop(grace time.Duration) error {
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed%s", p.name, grace, p.logTail())
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed%s", p.Name, grace, p.logTail())
 	}
 }
 
-func (p *process) exitError() error {
+func (p *Child) exitError() error {
 	if p.err != nil {
-		return fmt.Errorf("%s exited: %w%s", p.name, p.err, p.logTail())
+		return fmt.Errorf("%s exited: %w%s", p.Name, p.err, p.logTail())
 	}
 	return nil
 }
 
-// exited reports an error if the process is no longer running.
-func (p *process) exited() error {
+// Exited reports an error if the process is no longer running.
+func (p *Child) Exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited during the run (%w)%s", p.name, p.err, p.logTail())
+		return fmt.Errorf("%s exited during the run (%w)%s", p.Name, p.err, p.logTail())
 	default:
 		return nil
 	}
 }
 
 // logTail is the end of the process's log, for error messages.
-func (p *process) logTail() string {
+func (p *Child) logTail() string {
 	b, err := os.ReadFile(p.logPath)
 	if err != nil || len(b) == 0 {
 		return ""
@@ -132,11 +134,11 @@ func (p *process) logTail() string {
 	return "\n--- end of " + p.logPath + " ---\n" + strings.TrimSpace(string(b))
 }
 
-// stopAll stops processes in reverse start order and joins their errors.
-func stopAll(ps []*process) error {
+// StopAll stops children in reverse start order and joins their errors.
+func StopAll(ps []*Child) error {
 	var errs []error
 	for i := len(ps) - 1; i >= 0; i-- {
-		errs = append(errs, ps[i].stop(20*time.Second))
+		errs = append(errs, ps[i].Stop(20*time.Second))
 	}
 	return errors.Join(errs...)
 }
@@ -144,7 +146,7 @@ func stopAll(ps []*process) error {
 // freePort asks the kernel for a free loopback port. The port is released
 // before the process binds it; on a loopback interface nothing else takes it
 // in between in practice, and a process that fails to bind exits, which
-// startProcess reports.
+// Launch reports.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
