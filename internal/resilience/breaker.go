@@ -51,6 +51,10 @@ type breaker struct {
 	// (Policy.Release).
 	win      window
 	winStale atomic.Bool
+	// era counts imposed states: a call admitted in an earlier one reports
+	// nothing to the window, as gobreaker ignores a call from before its
+	// own last state change. The fleet has heard of that call's outage.
+	era atomic.Uint64
 
 	// openUntil is when the open state ends, a monotonic offset from epoch;
 	// 0 once closed. Written under gobreaker's lock, read without one.
@@ -223,6 +227,7 @@ func (b *breaker) allow() (*call, error) {
 	}
 	c := b.pool.Get().(*call)
 	c.probe = probe
+	c.era = b.era.Load()
 	c.done = done
 	c.armed = false
 	// The store publishes done to the timer goroutine, whose CAS reads it.
@@ -269,6 +274,7 @@ type call struct {
 	b         *breaker
 	done      func(error) // gobreaker's report callback for this call
 	probe     *gate       // non-nil: a probe for the fleet, whose verdict it reports
+	era       uint64      // breaker.era when admitted
 	timer     *time.Timer // fires onTimer at lateAfter, then at the slow threshold if later
 	lateAfter time.Duration
 	armed     bool
@@ -279,6 +285,15 @@ type call struct {
 // asked only over held slots (limiter.acquireProbe): it takes gobreaker's lock.
 func (c *call) isProbe() bool {
 	return c.probe != nil || c.b.cb.State() == gobreaker.StateHalfOpen
+}
+
+// report tells gobreaker how the call ended, as excluded if a state was
+// imposed since it was admitted.
+func (c *call) report(err error) {
+	if c.era != c.b.era.Load() {
+		err = errReportExcluded
+	}
+	c.done(err)
 }
 
 const (
@@ -330,7 +345,7 @@ func (c *call) onTimer() {
 		return // the call finished first
 	}
 	b.calls.slow.Inc()
-	c.done(errReportSlow)
+	c.report(errReportSlow)
 	if c.probe != nil {
 		b.probeDone(c.probe, errReportSlow)
 	}
@@ -354,7 +369,7 @@ func (c *call) finish(report error, counter prometheus.Counter) bool {
 	// late, onTimer may still be running and reading c.
 	recycle := !c.armed || c.timer.Stop()
 	counter.Inc()
-	c.done(report)
+	c.report(report)
 	if c.probe != nil {
 		c.b.probeDone(c.probe, report)
 	}

@@ -180,6 +180,8 @@ func (b *breaker) impose(im Imposed) {
 	if prev != nil && prev.source == g.source && prev.state == g.state && b.now() < prev.holdUntil {
 		return // a renewal (a forced state's next slice): nothing new to report
 	}
+	b.era.Add(1)
+	b.winStale.Store(true)
 	b.setSource(im.Source)
 	b.imposed.WithLabelValues(b.name, im.Source.String(), g.state).Inc()
 	b.log.LogAttrs(context.Background(), slog.LevelInfo, "circuit breaker state imposed",

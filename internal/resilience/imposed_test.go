@@ -353,38 +353,46 @@ func TestEffectiveStateShowsImposedStates(t *testing.T) {
 	})
 }
 
-// When the fleet releases this process (its probe found the dependency
-// answering), what the local window saw before is stale: four failures
-// from before the imposed state and five after the release make nine of
-// ten, but only the five count, and the breaker stays closed. Without the
-// release the same nine open it.
-func TestReleaseStartsTheLocalWindowAfresh(t *testing.T) {
+// An imposed state starts the local window afresh, and a call admitted
+// before it reports nothing when it ends, released or not: the fleet has
+// heard of that outage already (as gobreaker ignores a call from before its
+// own last state change). Four failures before the fleet opened, six calls
+// in flight then that fail after it, and six failures after make sixteen;
+// only the last six count, and the breaker stays closed. Counting the six
+// stale ones opened the worker's breaker for the fleet, again, after each
+// hang of the matrix's flapping row had ended.
+func TestAnImposedStateStartsTheLocalWindowAfresh(t *testing.T) {
 	t.Parallel()
 	for _, release := range []bool{true, false} {
 		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				b := setup(t, func(c *Config) { c.MaxAttempts = 1 })
+				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial, c.LimitMin = 1, 10, 10 })
 				for range 5 {
 					_, _ = b.do(ok)
 				}
 				for range 4 {
 					_, _ = b.do(fail)
 				}
-				b.p.Impose(Imposed{Source: SourceFleet, OpenFor: time.Second, HoldFor: time.Second})
-				advance(time.Second)
+				failsLater := func(context.Context) (string, error) {
+					<-time.After(300 * time.Millisecond)
+					return "", errUnavailable
+				}
+				for range 6 {
+					go func() { _, _ = Do(context.Background(), b.p, failsLater) }()
+				}
+				advance(100 * time.Millisecond)
+				b.p.Impose(Imposed{Source: SourceFleet, OpenFor: 100 * time.Millisecond, HoldFor: 100 * time.Millisecond})
+				advance(100 * time.Millisecond)
 				if release {
 					b.p.Release()
 				}
-				for range 5 {
+				advance(200 * time.Millisecond) // the six fail
+				for range 6 {
 					_, _ = b.do(fail)
 				}
-				want := StateOpen
-				if release {
-					want = StateClosed
-				}
-				if got := b.p.State(); got != want {
-					t.Errorf("state = %v after 4 failures, the fleet's state and 5 more failures, want %v", got, want)
+				if got := b.p.State(); got != StateClosed {
+					t.Errorf("state = %v after 4 failures, the fleet's state, 6 stale and 6 more failures, want closed", got)
 				}
 			})
 		})
