@@ -113,6 +113,9 @@ type Coordinator struct {
 	// ask for the probe lease first.
 	demand  int64
 	yielded bool
+	askAt   time.Time // when a yield ends
+	// leaseEnd is when this process's probe lease runs out; zero when it holds none.
+	leaseEnd time.Time
 }
 
 // New returns a coordinator for dependency, imposing the shared state on
@@ -426,6 +429,7 @@ func (c *Coordinator) holdForced() {
 func (c *Coordinator) apply(ctx context.Context, r row) {
 	c.last = r
 	c.timer.Stop()
+	c.leaseEnd = time.Time{}
 	grace := c.opts.Lease / 4
 	left := func(d *time.Duration) time.Duration {
 		if d == nil {
@@ -474,24 +478,57 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 				c.demand, c.yielded = c.policy.Demand(), false
 			}
 		}
+		if *r.Holder == c.opts.Identity {
+			// Look every quarter lease whether calls still come to probe with.
+			c.leaseEnd = time.Now().Add(*r.LeaseLeft)
+			c.arm(min(*r.LeaseLeft, c.opts.Lease/4))
+			return
+		}
 		c.arm(*r.LeaseLeft)
 	default:
 		// Half-open for the fleet with no lease out: keep refusing while we
-		// ask for it, and ask now.
+		// ask for it, and ask now, or once a yield (below) is over.
 		if c.applied != r.Generation {
 			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, HoldFor: c.opts.Lease + grace})
 			c.applied = r.Generation
 		}
-		c.arm(0)
+		c.arm(time.Until(c.askAt))
 	}
 }
 
 func (c *Coordinator) arm(d time.Duration) { c.timer.Reset(max(d, 0)) }
 
+// yield lets other processes ask for the probe lease first, for d.
+func (c *Coordinator) yield(d time.Duration) {
+	c.yielded, c.askAt = true, time.Now().Add(d)
+	c.arm(d)
+}
+
 // deadline runs when the last imposed state reaches a deadline: try the
 // probe lease if the open state is over, then read the row again.
 func (c *Coordinator) deadline(ctx context.Context) error {
 	mine := c.last.Holder != nil && *c.last.Holder == c.opts.Identity
+	if mine && time.Now().Before(c.leaseEnd) {
+		if d := c.policy.Demand(); d != c.demand {
+			// Calls still come: they probe. Look again in a quarter lease.
+			c.demand = d
+			c.arm(min(time.Until(c.leaseEnd), c.opts.Lease/4))
+			return nil
+		}
+		// No call has come for a quarter of the lease: this process's
+		// traffic stopped as it took the lease, or before its probes were
+		// done (a load that ended, a replica being drained). It gives the
+		// lease back rather than make the fleet wait it out, and, idle,
+		// asks again only after the others (below).
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := write(wctx, c.pool, dropLease, c.dependency, c.opts.Identity)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("give the probe lease back: %w", err)
+		}
+		c.log.InfoContext(ctx, "fleet breaker: gave the probe lease back, no call to probe with")
+		return c.refresh(ctx)
+	}
 	if c.last.State == stateOpen && (c.last.Holder == nil || mine) && !c.yielded && c.policy.Demand() == c.demand {
 		// No call has come since the open state began, or since this
 		// process took the lease it now lets run out: as the holder it
@@ -500,8 +537,7 @@ func (c *Coordinator) deadline(ctx context.Context) error {
 		// own traffic may have stopped just after it took it). Let
 		// processes with traffic ask first; ask in a quarter of the lease
 		// if none has (still within the hold imposed above).
-		c.yielded = true
-		c.arm(c.opts.Lease / 4)
+		c.yield(c.opts.Lease / 4)
 		return nil
 	}
 	if c.last.State == stateOpen && c.last.Holder == nil && !c.yielded && c.policy.Background() {
@@ -511,8 +547,7 @@ func (c *Coordinator) deadline(ctx context.Context) error {
 		// keep the fleet's live calls refused until it probed or the
 		// lease ran out. Live processes ask first; it asks in half a
 		// lease if none has.
-		c.yielded = true
-		c.arm(c.opts.Lease / 2)
+		c.yield(c.opts.Lease / 2)
 		return nil
 	}
 	if c.last.State == stateOpen {

@@ -547,9 +547,8 @@ func TestLiveTrafficProbesBeforeABackgroundProcess(t *testing.T) {
 
 // TestAHolderWhoseTrafficStoppedLetsTheLeaseGo: the process that took the
 // probe lease may have no call left to probe with (its load stopped just
-// after); it does not renew the lease as it runs out, so a process with
-// traffic probes within about one lease instead of waiting until it wins
-// a race for it.
+// after); a quarter of the lease in it gives the lease back, so a process
+// with traffic probes at once instead of waiting the lease out.
 func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.URL(t)
@@ -578,6 +577,9 @@ func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("worker-other probed %v after checkout-first took the lease", time.Since(took))
+	if n := first.log.count("fleet breaker: gave the probe lease back"); n == 0 {
+		t.Error("checkout-first kept a lease it had no call to probe with until it ran out")
+	}
 }
 
 // TestForcedOpenHoldsWhileReadsFail: with the row locked, every read of it

@@ -119,6 +119,16 @@ WITH w AS (
     RETURNING dependency)
 SELECT count(pg_notify('` + Channel + `', dependency)) FROM w`
 
+	// The lease holder $2 has no call to probe with: it gives the lease back.
+	dropLease = `
+WITH w AS (
+    UPDATE breaker_states
+    SET probe_holder = NULL, probe_until = NULL,
+        generation = generation + 1, updated_at = now()
+    WHERE dependency = $1 AND state = 'open' AND probe_holder = $2
+    RETURNING dependency)
+SELECT count(pg_notify('` + Channel + `', dependency)) FROM w`
+
 	// The lease holder's probes all succeeded.
 	probeSucceeded = `
 WITH w AS (
