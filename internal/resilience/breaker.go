@@ -51,9 +51,8 @@ type breaker struct {
 	// (Policy.Release).
 	win      window
 	winStale atomic.Bool
-	// era counts imposed states: a call admitted in an earlier one reports
-	// nothing to the window, as gobreaker ignores a call from before its
-	// own last state change. The fleet has heard of that call's outage.
+	// era counts imposed states: a call admitted before the last reports
+	// nothing to the window (call.report), whose outage the fleet has heard of.
 	era atomic.Uint64
 
 	// openUntil is when the open state ends, a monotonic offset from epoch;
@@ -146,6 +145,7 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: b.openFor})
 	case gobreaker.StateClosed:
 		b.openUntil.Store(0)
+		b.limit.recovered()
 	}
 	b.stateGauge.Set(float64(to))
 	b.transitions.WithLabelValues(name, from.String(), to.String()).Inc()
@@ -154,14 +154,9 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 		level = slog.LevelWarn
 	}
 	b.log.LogAttrs(context.Background(), level, "circuit breaker state changed",
-		slog.String("name", name),
-		slog.String("from", from.String()),
-		slog.String("to", to.String()),
-		slog.Int("window_calls", cause.calls),
-		slog.Int("window_failures", cause.failures),
-		slog.Int("window_slow", cause.slow),
-		slog.Duration("open_for", b.openFor),
-	)
+		slog.String("name", name), slog.String("from", from.String()), slog.String("to", to.String()),
+		slog.Int("window_calls", cause.calls), slog.Int("window_failures", cause.failures),
+		slog.Int("window_slow", cause.slow), slog.Duration("open_for", b.openFor))
 }
 
 // state asks gobreaker, which also moves an expired open state on.
@@ -287,8 +282,8 @@ func (c *call) isProbe() bool {
 	return c.probe != nil || c.b.cb.State() == gobreaker.StateHalfOpen
 }
 
-// report tells gobreaker how the call ended, as excluded if a state was
-// imposed since it was admitted.
+// report tells gobreaker how the call ended, as gobreaker ignores a call
+// from before its own last state change: excluded, if a state was imposed since.
 func (c *call) report(err error) {
 	if c.era != c.b.era.Load() {
 		err = errReportExcluded

@@ -185,13 +185,9 @@ func (b *breaker) impose(im Imposed) {
 	b.setSource(im.Source)
 	b.imposed.WithLabelValues(b.name, im.Source.String(), g.state).Inc()
 	b.log.LogAttrs(context.Background(), slog.LevelInfo, "circuit breaker state imposed",
-		slog.String("name", b.name),
-		slog.String("source", im.Source.String()),
-		slog.String("state", g.state),
-		slog.Duration("open_for", im.OpenFor),
-		slog.Duration("hold_for", max(im.HoldFor, im.OpenFor)),
-		slog.Int("probes", im.Probes),
-	)
+		slog.String("name", b.name), slog.String("source", im.Source.String()), slog.String("state", g.state),
+		slog.Duration("open_for", im.OpenFor), slog.Duration("hold_for", max(im.HoldFor, im.OpenFor)),
+		slog.Int("probes", im.Probes))
 }
 
 // release drops the imposed state and reports whether there was one.

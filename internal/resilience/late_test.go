@@ -215,7 +215,8 @@ func testFiftyCallsMakeNoPercentile(t *testing.T) {
 
 // A background limit grows a slot per round trip until it has a late point
 // (L9), so that a drain cannot double it past the dependency's capacity
-// before a call can be late; then, and for a live limit always, one a call.
+// before a call can be late; then one a call, up to the limit a drop last
+// halved it to, and one a round trip above; a live limit one a call always.
 func TestABackgroundLimitGrowsPerRoundTripUntilItHasALatePoint(t *testing.T) {
 	t.Parallel()
 	healthyCalls := func(l *limiter, n int) int {
@@ -242,5 +243,29 @@ func TestABackgroundLimitGrowsPerRoundTripUntilItHasALatePoint(t *testing.T) {
 	}
 	if got := healthyCalls(bg, 4); got != 10 {
 		t.Errorf("background limit with a late point, after 4 more healthy calls = %d, want 10 (one a call)", got)
+	}
+
+	// A drop makes the halved limit its slow-start threshold, as TCP Reno's
+	// loss does; a second drop in the same overshoot leaves the threshold.
+	drop := func(l *limiter) {
+		l.mu.Lock()
+		l.adapt(congested)
+		l.mu.Unlock()
+	}
+	drop(bg)
+	drop(bg)
+	if got := healthyCalls(bg, 3); got != 5 {
+		t.Errorf("background limit after drops from 10 to 2 and 3 healthy calls = %d, want 5 (one a call up to the threshold, 5)", got)
+	}
+	if got := healthyCalls(bg, 5+6); got != 7 {
+		t.Errorf("background limit at its threshold after 11 healthy calls = %d, want 7 (one a round trip: 5 calls, then 6)", got)
+	}
+	bg.recovered() // the breaker closed
+	if got := healthyCalls(bg, 3); got != 10 {
+		t.Errorf("background limit after the breaker closed, 3 healthy calls from 7 = %d, want 10 (one a call)", got)
+	}
+	drop(live)
+	if got := healthyCalls(live, 3); got != 7 {
+		t.Errorf("live limit halved from 8, after 3 healthy calls = %d, want 7 (one a call)", got)
 	}
 }

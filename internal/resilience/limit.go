@@ -45,6 +45,7 @@ type limiter struct {
 	inFlight    int
 	starved     bool // a caller found the limit reached since it last grew
 	sinceGrown  int  // healthy calls since it last grew (L9)
+	ssthresh    int  // a background limit grows per round trip from here (L9); 0: none
 	waiters     []*waiter
 	held        []time.Time // when each slot kept by releaseAfter frees, in order
 	probing     bool        // a call holds the slot over the limit (acquireProbe)
@@ -90,21 +91,20 @@ func (l *limiter) acquire(ctx context.Context) error {
 	l.starved = true
 	if l.wait <= 0 {
 		l.mu.Unlock()
-		return l.reject()
+		l.rejected.Inc()
+		return ErrBulkheadFull
 	}
 	w := &waiter{ready: make(chan struct{})}
 	l.waiters = append(l.waiters, w)
 	l.mu.Unlock()
 
-	t := time.NewTimer(l.wait)
-	defer t.Stop()
 	var err error
 	select {
 	case <-w.ready:
 		return nil // grant counted the slot
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.C:
+	case <-time.After(l.wait):
 		err = ErrBulkheadFull
 	}
 	l.mu.Lock()
@@ -124,7 +124,7 @@ func (l *limiter) acquire(ctx context.Context) error {
 	l.waiters = slices.DeleteFunc(l.waiters, func(x *waiter) bool { return x == w })
 	l.mu.Unlock()
 	if errors.Is(err, ErrBulkheadFull) {
-		return l.reject()
+		l.rejected.Inc()
 	}
 	return err
 }
@@ -196,11 +196,6 @@ func (l *limiter) takeFree() bool {
 	l.inFlight++
 	l.inUse.Set(float64(l.inFlight))
 	return true
-}
-
-func (l *limiter) reject() error {
-	l.rejected.Inc()
-	return ErrBulkheadFull
 }
 
 // grant hands free slots to waiters, oldest first. Call it with l.mu held,
@@ -276,12 +271,14 @@ func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	return wait
 }
 
-// recovered applies the fleet's probe's fast answer (Policy.Release) as
-// adapt applies a healthy call: healthyAt, and the lift over held slots.
+// recovered applies the fast answer that closed the breaker, the fleet's
+// (Policy.Release) or the local one, as adapt applies a healthy call, and
+// forgets the slow-start threshold (L9): the capacity may have changed.
 func (l *limiter) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.healthyAt = time.Now()
+	l.ssthresh = 0
 	if l.liftOverHeld() {
 		l.limitGauge.Set(float64(l.limit))
 		l.grant()
@@ -358,6 +355,9 @@ func (l *limiter) adapt(s signal) {
 		l.grow()
 	case congested:
 		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
+		if l.yields && old > l.ssthresh { // L9; not lowered again within one overshoot
+			l.ssthresh = l.limit
+		}
 	}
 	if l.limit != old {
 		l.limitGauge.Set(float64(l.limit))
@@ -374,10 +374,12 @@ func (l *limiter) grow() {
 	if l.limit >= l.max || !pressed {
 		return
 	}
-	if l.yields && l.tail.percentile99() == 0 {
-		// L9: with no late point yet (L2 needs minTailSamples), a slot per
-		// round trip, not per call: a drain must not double past the
-		// dependency's capacity before anything can say it is late.
+	if l.yields && (l.tail.percentile99() == 0 || (l.ssthresh > 0 && l.limit >= l.ssthresh)) {
+		// L9: a slot per round trip, not per call, with no late point yet
+		// (L2 needs minTailSamples) or from the limit a drop halved it to
+		// (TCP Reno's slow-start threshold): a drain must not double past
+		// the dependency's capacity before anything can say it is late,
+		// nor again after it has.
 		if l.sinceGrown++; l.sinceGrown < l.limit {
 			return
 		}

@@ -206,8 +206,10 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		p.log.LogAttrs(ctx, slog.LevelInfo, "retrying call",
 			slog.String("name", p.name), slog.Int("attempt", n+1),
 			slog.Duration("backoff", delay), slog.String("error", err.Error()))
-		if !sleep(ctx, delay) {
+		select {
+		case <-ctx.Done():
 			return v, err
+		case <-time.After(delay):
 		}
 		prev = err
 	}

@@ -21,21 +21,6 @@ func backoff(n int, base, maxDelay time.Duration, rnd func(int64) int64) time.Du
 	return time.Duration(rnd(int64(ceiling)))
 }
 
-// sleep waits d unless ctx ends first, and reports whether it slept it all.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // budgetAllows reports whether ctx leaves more than d before its deadline.
 func budgetAllows(ctx context.Context, d time.Duration) bool {
 	if ctx.Err() != nil {
