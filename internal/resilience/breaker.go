@@ -145,7 +145,6 @@ func (b *breaker) onStateChange(name string, from, to gobreaker.State) {
 		b.events.push(Event{Kind: EventOpened, At: now, OpenFor: b.openFor})
 	case gobreaker.StateClosed:
 		b.openUntil.Store(0)
-		b.limit.recovered()
 	}
 	b.stateGauge.Set(float64(to))
 	b.transitions.WithLabelValues(name, from.String(), to.String()).Inc()

@@ -217,7 +217,7 @@ func testFiftyCallsMakeNoPercentile(t *testing.T) {
 // (L9), so that a drain cannot double it past the dependency's capacity
 // before a call can be late; then one a call, up to the limit a drop last
 // halved it to, and one a round trip above; a live limit one a call always.
-func TestABackgroundLimitGrowsPerRoundTripUntilItHasALatePoint(t *testing.T) {
+func TestABackgroundLimitGrowsPerRoundTripBeforeALatePointAndAfterADrop(t *testing.T) {
 	t.Parallel()
 	healthyCalls := func(l *limiter, n int) int {
 		l.mu.Lock()
@@ -260,9 +260,9 @@ func TestABackgroundLimitGrowsPerRoundTripUntilItHasALatePoint(t *testing.T) {
 	if got := healthyCalls(bg, 5+6); got != 7 {
 		t.Errorf("background limit at its threshold after 11 healthy calls = %d, want 7 (one a round trip: 5 calls, then 6)", got)
 	}
-	bg.recovered() // the breaker closed
-	if got := healthyCalls(bg, 3); got != 10 {
-		t.Errorf("background limit after the breaker closed, 3 healthy calls from 7 = %d, want 10 (one a call)", got)
+	bg.recovered() // the breaker closed: the threshold stays, as the capacity it found
+	if got := healthyCalls(bg, 7); got != 8 {
+		t.Errorf("background limit after the breaker closed, 7 healthy calls from 7 = %d, want 8 (one a round trip)", got)
 	}
 	drop(live)
 	if got := healthyCalls(live, 3); got != 7 {

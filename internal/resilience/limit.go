@@ -271,14 +271,12 @@ func (l *limiter) retryIn(answerWithin time.Duration) time.Duration {
 	return wait
 }
 
-// recovered applies the fast answer that closed the breaker, the fleet's
-// (Policy.Release) or the local one, as adapt applies a healthy call, and
-// forgets the slow-start threshold (L9): the capacity may have changed.
+// recovered applies the fleet's probe's fast answer (Policy.Release) as
+// adapt applies a healthy call: healthyAt, and the lift over held slots.
 func (l *limiter) recovered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.healthyAt = time.Now()
-	l.ssthresh = 0
 	if l.liftOverHeld() {
 		l.limitGauge.Set(float64(l.limit))
 		l.grant()
@@ -376,7 +374,7 @@ func (l *limiter) grow() {
 	}
 	if l.yields && (l.tail.percentile99() == 0 || (l.ssthresh > 0 && l.limit >= l.ssthresh)) {
 		// L9: a slot per round trip, not per call, with no late point yet
-		// (L2 needs minTailSamples) or from the limit a drop halved it to
+		// (L2 needs minTailSamples), or from the limit a drop halved it to
 		// (TCP Reno's slow-start threshold): a drain must not double past
 		// the dependency's capacity before anything can say it is late,
 		// nor again after it has.
