@@ -478,8 +478,10 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 				c.demand, c.yielded = c.policy.Demand(), false
 			}
 		}
-		if *r.Holder == c.opts.Identity {
-			// Look every quarter lease whether calls still come to probe with.
+		if *r.Holder == c.opts.Identity && !c.policy.Background() {
+			// Look every quarter lease whether calls still come to probe
+			// with. Not a worker's: its jobs come when they are due, and a
+			// quiet quarter says nothing of them.
 			c.leaseEnd = time.Now().Add(*r.LeaseLeft)
 			c.arm(min(*r.LeaseLeft, c.opts.Lease/4))
 			return

@@ -582,6 +582,34 @@ func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 	}
 }
 
+// TestABackgroundHolderKeepsItsLease: a worker's jobs come when they are
+// due, not as a load does, so a quarter of its lease without a call is no
+// sign that its traffic stopped: it keeps the lease for its probe. Giving
+// it back, the worker and a checkout whose load had ended passed the lease
+// between them for 2 s after the matrix's flapping row.
+func TestABackgroundHolderKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	w := start(t, dbURL, "worker-w", backgroundConfig())
+	trip(t, w, prov)
+	w.log.await(t, "circuit breaker state imposed", 3*time.Second, "state=probing")
+	time.Sleep(600 * time.Millisecond) // past a quarter of the 1 s lease, twice
+	if n := w.log.count("fleet breaker: gave the probe lease back"); n != 0 {
+		t.Fatalf("the worker gave its lease back %d times before its jobs were due", n)
+	}
+	prov.set("ok")
+	deadline := time.After(5 * time.Second)
+	for w.log.count("circuit breaker state released") == 0 {
+		_ = w.do(prov)
+		select {
+		case <-deadline:
+			t.Fatal("the worker's probe did not release the fleet's breaker within 5 s")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // TestForcedOpenHoldsWhileReadsFail: with the row locked, every read of it
 // times out while the listening connection stays fine — a busy database.
 // The forced state holds for longer than several slices; it ends when a
