@@ -89,9 +89,9 @@ type Config struct {
 	LimitLateFactor float64
 	// Background marks a policy no customer waits on, a worker's backlog:
 	// its calls are late even while slots are held (L6) and before the
-	// slow threshold (L10), its limit grows a slot per round trip until it
-	// has a late point (L9), and it takes the fleet's probe lease after
-	// live processes.
+	// slow threshold (L10), its limit grows a slot per round trip before
+	// it has a late point and above the limit a drop left (L9), and it
+	// takes the fleet's probe lease after live processes.
 	Background bool
 	// Rate caps the calls a second, evenly spaced (P1); 0: no cap. Set it
 	// below the dependency's rate limit by what the live calls need.
