@@ -358,15 +358,16 @@ func TestEffectiveStateShowsImposedStates(t *testing.T) {
 // heard of that outage already (as gobreaker ignores a call from before its
 // own last state change). Four failures before the fleet opened, six calls
 // in flight then that fail after it, and six failures after make sixteen;
-// only the last six count, and the breaker stays closed. Counting the six
-// stale ones opened the worker's breaker for the fleet, again, after each
-// hang of the matrix's flapping row had ended.
+// only the last six count, and the breaker stays closed. Counting stale
+// calls opened the worker's breaker for the fleet again after three of the
+// five hangs of the matrix's flapping row, once they had ended.
 func TestAnImposedStateStartsTheLocalWindowAfresh(t *testing.T) {
 	t.Parallel()
 	for _, release := range []bool{true, false} {
 		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
+				// A fixed limit of 10, so that the six are all in flight.
 				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial, c.LimitMin = 1, 10, 10 })
 				for range 5 {
 					_, _ = b.do(ok)
