@@ -461,9 +461,9 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 		}
 	case left(r.Left) > 0:
 		if c.applied != r.Generation {
+			c.demand, c.yielded, c.askAt = c.policy.Demand(), false, time.Time{}
 			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, OpenFor: *r.Left, HoldFor: *r.Left + c.opts.Lease + grace})
 			c.applied = r.Generation
-			c.demand, c.yielded = c.policy.Demand(), false
 		}
 		c.arm(*r.Left)
 	case r.Holder != nil && left(r.LeaseLeft) > 0:
@@ -472,11 +472,11 @@ func (c *Coordinator) apply(ctx context.Context, r row) {
 			if *r.Holder == c.opts.Identity {
 				probes = c.policy.HalfOpenProbes()
 			}
+			if probes > 0 {
+				c.demand, c.yielded, c.askAt = c.policy.Demand(), false, time.Time{}
+			}
 			c.policy.Impose(resilience.Imposed{Source: resilience.SourceFleet, HoldFor: *r.LeaseLeft + grace, Probes: probes})
 			c.applied = r.Generation
-			if probes > 0 {
-				c.demand, c.yielded = c.policy.Demand(), false
-			}
 		}
 		if *r.Holder == c.opts.Identity && !c.policy.Background() {
 			// Look every quarter lease whether calls still come to probe
@@ -511,8 +511,9 @@ func (c *Coordinator) yield(d time.Duration) {
 func (c *Coordinator) deadline(ctx context.Context) error {
 	mine := c.last.Holder != nil && *c.last.Holder == c.opts.Identity
 	if mine && time.Now().Before(c.leaseEnd) {
-		if d := c.policy.Demand(); d != c.demand {
-			// Calls still come: they probe. Look again in a quarter lease.
+		if d := c.policy.Demand(); d != c.demand || c.policy.ProbeSent() {
+			// Calls still come, or a probe is out: its verdict ends the
+			// lease. Look again in a quarter lease.
 			c.demand = d
 			c.arm(min(time.Until(c.leaseEnd), c.opts.Lease/4))
 			return nil

@@ -556,18 +556,15 @@ func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 	first := start(t, dbURL, "checkout-first", testConfig())
 	other := start(t, dbURL, "worker-other", testConfig())
 	trip(t, first, prov)
+	first.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
 	other.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
 	prov.set("ok")
-	// first keeps calling until it holds the lease, then stops.
-	deadline := time.After(5 * time.Second)
-	for first.log.count("circuit breaker state imposed", "state=probing") == 0 {
-		select {
-		case <-deadline:
-			t.Fatal("checkout-first did not take the probe lease within 5 s")
-		case <-time.After(10 * time.Millisecond):
-			_ = first.do(prov)
-		}
+	// first's load asks once while the fleet is open, so that first takes
+	// the lease when the open time ends, and then stops.
+	if err := first.do(prov); !resilience.Refused(err) {
+		t.Fatalf("checkout-first's call while the fleet is open: %v, want a refusal", err)
 	}
+	first.log.await(t, "circuit breaker state imposed", 3*time.Second, "state=probing")
 	took := time.Now()
 	for other.log.count("circuit breaker state released") == 0 {
 		_ = other.do(prov)
@@ -579,6 +576,26 @@ func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 	t.Logf("worker-other probed %v after checkout-first took the lease", time.Since(took))
 	if n := first.log.count("fleet breaker: gave the probe lease back"); n == 0 {
 		t.Error("checkout-first kept a lease it had no call to probe with until it ran out")
+	}
+}
+
+// TestAHolderWithAProbeOutKeepsItsLease: a checkout whose one call so far
+// was a probe (of the two that close the fleet's breaker) keeps the lease
+// through quiet quarters: giving it back would lose that probe's verdict.
+func TestAHolderWithAProbeOutKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.URL(t)
+	prov := newProvider()
+	c := start(t, dbURL, "checkout-c", testConfig())
+	trip(t, c, prov)
+	c.log.await(t, "circuit breaker state imposed", 3*time.Second, "state=probing")
+	prov.set("ok")
+	if err := c.do(prov); err != nil {
+		t.Fatalf("the probe: %v", err)
+	}
+	time.Sleep(700 * time.Millisecond) // two quiet quarters of the 1 s lease
+	if n := c.log.count("fleet breaker: gave the probe lease back"); n != 0 {
+		t.Fatalf("the checkout gave its lease back %d times with a probe's success recorded", n)
 	}
 }
 

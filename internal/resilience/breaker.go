@@ -51,8 +51,7 @@ type breaker struct {
 	// (Policy.Release).
 	win      window
 	winStale atomic.Bool
-	// era counts imposed states: a call admitted before the last reports
-	// nothing to the window (call.report), whose outage the fleet has heard of.
+	// era counts imposed states: see call.report.
 	era atomic.Uint64
 
 	// openUntil is when the open state ends, a monotonic offset from epoch;
@@ -199,6 +198,7 @@ func (b *breaker) retryAfter(answerWithin time.Duration) time.Duration {
 // allow asks the imposed state, then gobreaker, to admit a call; finish its tracker once.
 func (b *breaker) allow() (*call, error) {
 	b.demand.Add(1)
+	era := b.era.Load() // before the gate: impose swaps the gate, then bumps the era
 	var probe *gate
 	if g := b.gate.Load(); g != nil {
 		isProbe, err := g.admit(b.now())
@@ -221,7 +221,7 @@ func (b *breaker) allow() (*call, error) {
 	}
 	c := b.pool.Get().(*call)
 	c.probe = probe
-	c.era = b.era.Load()
+	c.era = era
 	c.done = done
 	c.armed = false
 	// The store publishes done to the timer goroutine, whose CAS reads it.

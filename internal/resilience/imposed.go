@@ -113,6 +113,15 @@ func (p *Policy) Demand() int64 {
 	return p.breaker.demand.Load()
 }
 
+// ProbeSent reports whether a probe for the fleet went out under the last imposed state.
+func (p *Policy) ProbeSent() bool {
+	if p.breaker == nil {
+		return false
+	}
+	g := p.breaker.gate.Load()
+	return g != nil && g.permits.Load() < g.probes
+}
+
 // HalfOpenProbes is how many probes a coordinator imposes: as many as the breaker admits.
 func (p *Policy) HalfOpenProbes() int { return p.cfg.HalfOpenProbes }
 

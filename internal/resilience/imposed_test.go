@@ -367,7 +367,7 @@ func TestAnImposedStateStartsTheLocalWindowAfresh(t *testing.T) {
 		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				// A fixed limit of 10, so that the six are all in flight.
+				// A floor of 10 slots, so that the six are all in flight.
 				b := setup(t, func(c *Config) { c.MaxAttempts, c.LimitInitial, c.LimitMin = 1, 10, 10 })
 				for range 5 {
 					_, _ = b.do(ok)

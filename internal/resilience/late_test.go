@@ -264,6 +264,26 @@ func TestABackgroundLimitGrowsPerRoundTripBeforeALatePointAndAfterADrop(t *testi
 	if got := healthyCalls(bg, 7); got != 8 {
 		t.Errorf("background limit after the breaker closed, 7 healthy calls from 7 = %d, want 8 (one a round trip)", got)
 	}
+	// The first drop after the limit grew is a new overshoot, even at the
+	// threshold: it sets the threshold again. (Left at 8, the limit would
+	// double back into the overshoot it just left.)
+	bg = newLimiter(16, 1, 20, 0.5, 0, testLimiterMetrics())
+	bg.yields, bg.lateFactor = true, 1.2
+	for range minTailSamples {
+		bg.tail.add(200 * time.Millisecond)
+	}
+	drop(bg) // 16 → 8: the threshold 8
+	drop(bg) // 8 → 4
+	healthyCalls(bg, 4)
+	drop(bg) // 8 → 4 again: the threshold 4
+	if got := healthyCalls(bg, 4); got != 5 {
+		t.Errorf("background limit after a drop at its threshold, 4 healthy calls from 4 = %d, want 5 (one a round trip)", got)
+	}
+	healthyCalls(bg, 3) // 3 of the 5 calls of a round trip at 5
+	drop(bg)            // 5 → 2: the round trip starts again
+	if got := healthyCalls(bg, 1); got != 2 {
+		t.Errorf("background limit dropped mid round trip, 1 healthy call later = %d, want 2 (a round trip is 2 calls)", got)
+	}
 	drop(live)
 	if got := healthyCalls(live, 3); got != 7 {
 		t.Errorf("live limit halved from 8, after 3 healthy calls = %d, want 7 (one a call)", got)

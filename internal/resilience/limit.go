@@ -25,11 +25,10 @@ const (
 )
 
 // limiter bounds the calls in flight to one dependency by AIMD between min
-// and max (equal: a fixed bulkhead); rules L1–L7, L9 and L10 of docs/design.md,
-// "The payment limit's rules" (L8 is breaker.refusesNow). Delay-based limits
-// (Netflix's Gradient2, failsafe-go's adaptivelimiter) learn from calls
-// that complete, and a hung dependency completes none; AIMD takes a drop
-// signal per call, and the late point (L2) fires while it is in flight.
+// and max (equal: a fixed bulkhead): rules L1–L7, L9, L10 of docs/design.md.
+// Delay-based limits (Netflix's Gradient2, failsafe-go's adaptivelimiter)
+// learn from calls that complete, and a hung dependency completes none;
+// AIMD takes a drop signal per call, and L2 fires while it is in flight.
 type limiter struct {
 	min, max   int
 	backoff    float64
@@ -46,6 +45,7 @@ type limiter struct {
 	starved     bool // a caller found the limit reached since it last grew
 	sinceGrown  int  // healthy calls since it last grew (L9)
 	ssthresh    int  // a background limit grows per round trip from here (L9); 0: none
+	dropped     bool // the limit dropped and has not grown since (L9)
 	waiters     []*waiter
 	held        []time.Time // when each slot kept by releaseAfter frees, in order
 	probing     bool        // a call holds the slot over the limit (acquireProbe)
@@ -310,13 +310,10 @@ func (l *limiter) heldRefuses() bool {
 // lateAfter is how long a call may be in flight before it is late (L2):
 // lateFactor × the 99th percentile of recent successful calls, between half
 // the slow threshold and it, so that a long tail is no congestion. While
-// slots are held it is slow (L6), except for the backlog: a provider
-// finishing abandoned calls is slower for a reason the held slots already
-// count, and live calls late beside them would halve the limit again and
-// again; the slow threshold still tells a second hang. A background limit's
-// bounds are four fifths of these (L10): a drain's own calls drag the
-// percentile up, and at the breaker's threshold the limit would hear of its
-// calls in flight only as they count slow and open the fleet's breaker.
+// slots are held it is the slow threshold (L6): a provider finishing
+// abandoned calls is slower for a reason they already count. Not for a
+// background limit, whose bounds are four fifths of these (L10): a drain's
+// own calls drag the percentile up to where only the breaker would hear.
 func (l *limiter) lateAfter(slow time.Duration) time.Duration {
 	if l.yields {
 		slow = slow * 4 / 5
@@ -353,9 +350,10 @@ func (l *limiter) adapt(s signal) {
 		l.grow()
 	case congested:
 		l.limit = max(l.min, int(float64(l.limit)*l.backoff))
-		if l.yields && old > l.ssthresh { // L9; not lowered again within one overshoot
+		if l.yields && !l.dropped { // L9: the first drop of an overshoot sets it
 			l.ssthresh = l.limit
 		}
+		l.dropped, l.sinceGrown = true, 0
 	}
 	if l.limit != old {
 		l.limitGauge.Set(float64(l.limit))
@@ -374,16 +372,15 @@ func (l *limiter) grow() {
 	}
 	if l.yields && (l.tail.percentile99() == 0 || (l.ssthresh > 0 && l.limit >= l.ssthresh)) {
 		// L9: a slot per round trip, not per call, with no late point yet
-		// (L2 needs minTailSamples), or from the limit a drop halved it to
-		// (TCP Reno's slow-start threshold): a drain must not double past
-		// the dependency's capacity before anything can say it is late,
-		// nor again after it has.
+		// (L2 needs minTailSamples) or above the limit a drop left (TCP
+		// Reno's slow-start threshold): a drain must not double past the
+		// dependency's capacity before anything can say it is late, nor after.
 		if l.sinceGrown++; l.sinceGrown < l.limit {
 			return
 		}
 	}
 	l.limit++
-	l.starved = false
+	l.starved, l.dropped = false, false
 	l.sinceGrown = 0
 }
 
