@@ -67,9 +67,9 @@ func summarize(samples []Sample, p Probe, keep func(Sample) bool) Summary {
 		}
 		latencies = append(latencies, time.Duration(x.Latency))
 	}
-	s.P50 = Millis(percentile(latencies, 50))
-	s.P95 = Millis(percentile(latencies, 95))
-	s.P99 = Millis(percentile(latencies, 99))
+	s.P50 = Millis(Percentile(latencies, 50))
+	s.P95 = Millis(Percentile(latencies, 95))
+	s.P99 = Millis(Percentile(latencies, 99))
 	return s
 }
 
@@ -84,10 +84,10 @@ func (s Summary) ServerErrors() int {
 	return n
 }
 
-// percentile returns the nearest-rank p-th percentile (the smallest value at least p % of the
+// Percentile returns the nearest-rank p-th percentile (the smallest value at least p % of the
 // values do not exceed), or 0 for no values. Nearest rank always returns a measured value,
 // which keeps small samples (12 probes in a slow phase) honest.
-func percentile(values []time.Duration, p float64) time.Duration {
+func Percentile(values []time.Duration, p float64) time.Duration {
 	if len(values) == 0 {
 		return 0
 	}

@@ -16,6 +16,13 @@ func TestPercentile(t *testing.T) {
 		}
 		return out
 	}
+	upTo := func(n int) []time.Duration { // n ms down to 1 ms
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = time.Duration(n-i) * time.Millisecond
+		}
+		return out
+	}
 	tests := []struct {
 		name   string
 		values []time.Duration
@@ -28,12 +35,15 @@ func TestPercentile(t *testing.T) {
 		{"p95 of ten is the largest", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 95, 10 * time.Millisecond},
 		{"p95 of twenty is the 19th", ms(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1), 95, 19 * time.Millisecond},
 		{"p50 of twelve probes with eight timeouts", ms(2, 2, 3, 3, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000), 50, 2000 * time.Millisecond},
+		// ⌈0.99 × 60⌉ = 60: rounding 59.4 to the nearest would give the 59th.
+		{"p99 of 60 is the largest", upTo(60), 99, 60 * time.Millisecond},
+		{"p99 of 600 is the 594th", upTo(600), 99, 594 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := percentile(tt.values, tt.p); got != tt.want {
-				t.Errorf("percentile(%v, %v) = %v, want %v", tt.values, tt.p, got, tt.want)
+			if got := Percentile(tt.values, tt.p); got != tt.want {
+				t.Errorf("Percentile(%d values, %v) = %v, want %v", len(tt.values), tt.p, got, tt.want)
 			}
 		})
 	}
@@ -42,7 +52,7 @@ func TestPercentile(t *testing.T) {
 func TestPercentileLeavesInputUnsorted(t *testing.T) {
 	t.Parallel()
 	values := []time.Duration{3, 1, 2}
-	percentile(values, 50)
+	Percentile(values, 50)
 	if got, want := values, []time.Duration{3, 1, 2}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("values = %v after percentile, want %v", got, want)
 	}

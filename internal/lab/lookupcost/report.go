@@ -3,10 +3,10 @@ package lookupcost
 import (
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/resilientcheckout/checkout/internal/lab/experiment"
 )
 
 // Phase is one design in one scenario.
@@ -59,22 +59,12 @@ func newPhase(t *tally, orders []*trackedOrder, hang *window) Phase {
 		}
 	}
 	p.Elapsed = last.Sub(orders[0].due)
-	p.P50, p.P99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+	p.P50, p.P99 = experiment.Percentile(latencies, 50), experiment.Percentile(latencies, 99)
 	p.Charges, p.Creates, p.Lookups = t.count(kindCharge, window{}), t.count(kindCreate, window{}), t.count(kindLookup, window{})
 	if hang != nil {
 		p.IntoHang.Charges, p.IntoHang.Creates, p.IntoHang.Lookups = t.count(kindCharge, *hang), t.count(kindCreate, *hang), t.count(kindLookup, *hang)
 	}
 	return p
-}
-
-// percentile is the nearest-rank q-quantile of ds (the ⌈q·n⌉-th smallest), 0 for none.
-func percentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(ds))
-	rank := int(math.Ceil(q * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1]
 }
 
 // Report is a whole run.

@@ -6,39 +6,6 @@ import (
 	"time"
 )
 
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	ms := func(n int) []time.Duration {
-		ds := make([]time.Duration, n)
-		for i := range ds {
-			ds[i] = time.Duration(n-i) * time.Millisecond // descending: percentile sorts
-		}
-		return ds
-	}
-	tests := []struct {
-		name   string
-		values []time.Duration
-		q      float64
-		want   time.Duration
-	}{
-		{"none", nil, 0.5, 0},
-		{"one", ms(1), 0.99, time.Millisecond},
-		{"median of an even count is the lower middle", ms(10), 0.5, 5 * time.Millisecond},
-		{"median of an odd count", ms(9), 0.5, 5 * time.Millisecond},
-		// ⌈0.99 × 60⌉ = 60: rounding 59.4 to the nearest would give the 59th.
-		{"p99 of 60 is the largest", ms(60), 0.99, 60 * time.Millisecond},
-		{"p99 of 600 is the 594th", ms(600), 0.99, 594 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := percentile(tt.values, tt.q); got != tt.want {
-				t.Errorf("percentile(%d values, %v) = %v, want %v", len(tt.values), tt.q, got, tt.want)
-			}
-		})
-	}
-}
-
 // TestWriteMarkdown checks the rows whose cells are worked out, not copied: the
 // requests per order and per second, the lookups per unknown outcome, the audit's
 // lost column, each in its design's column.
