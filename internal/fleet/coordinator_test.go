@@ -275,6 +275,26 @@ func (l *logs) awaitN(t *testing.T, n int, msg string, timeout time.Duration, pa
 	}
 }
 
+// callUntilReleased calls through each of callers every 10 ms until p has
+// logged its nth release of an imposed state, and returns how long it took;
+// it fails the test after within.
+func callUntilReleased(t *testing.T, p *process, n int, within time.Duration, prov *provider, callers ...*process) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := time.After(within)
+	for p.log.count("circuit breaker state released") < n {
+		for _, c := range callers {
+			_ = c.do(prov)
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%s: the fleet's breaker was not released within %v (release %d)", p.name, within, n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return time.Since(start)
+}
+
 // trip opens p's own breaker with failing calls.
 func trip(t *testing.T, p *process, prov *provider) {
 	t.Helper()
@@ -490,15 +510,7 @@ func TestTheProcessWithTrafficProbes(t *testing.T) {
 	busy.log.await(t, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
 	prov.set("ok")
 
-	deadline := time.After(5 * time.Second)
-	for busy.log.count("circuit breaker state released") == 0 {
-		_ = busy.do(prov)
-		select {
-		case <-deadline:
-			t.Fatal("the busy process's breaker was not released within 5s")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	callUntilReleased(t, busy, 1, 5*time.Second, prov, busy)
 	if n := idle.log.count("circuit breaker state imposed", "state=probing"); n != 0 {
 		t.Errorf("the idle process took the probe lease %d times, want 0", n)
 	}
@@ -525,16 +537,7 @@ func TestLiveTrafficProbesBeforeABackgroundProcess(t *testing.T) {
 		trip(t, w, prov)
 		c.log.awaitN(t, round, "circuit breaker state imposed", 2*time.Second, "source=fleet", "state=open")
 		prov.set("ok")
-		deadline := time.After(5 * time.Second)
-		for c.log.count("circuit breaker state released") < round {
-			_ = w.do(prov)
-			_ = c.do(prov)
-			select {
-			case <-deadline:
-				t.Fatalf("round %d: the fleet's breaker was not released within 5 s", round)
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+		callUntilReleased(t, c, round, 5*time.Second, prov, w, c)
 		w.log.awaitN(t, round, "circuit breaker state released", 2*time.Second)
 		if n := w.log.count("circuit breaker state imposed", "state=probing"); n != 0 {
 			t.Fatalf("round %d: the worker took the probe lease %d times, want 0", round, n)
@@ -565,15 +568,8 @@ func TestAHolderWhoseTrafficStoppedLetsTheLeaseGo(t *testing.T) {
 		t.Fatalf("checkout-first's call while the fleet is open: %v, want a refusal", err)
 	}
 	first.log.await(t, "circuit breaker state imposed", 3*time.Second, "state=probing")
-	took := time.Now()
-	for other.log.count("circuit breaker state released") == 0 {
-		_ = other.do(prov)
-		if time.Since(took) > 3*time.Second {
-			t.Fatalf("worker-other still refused %v after checkout-first took a lease it never used (lease 1 s)", time.Since(took))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Logf("worker-other probed %v after checkout-first took the lease", time.Since(took))
+	took := callUntilReleased(t, other, 1, 3*time.Second, prov, other)
+	t.Logf("worker-other probed %v after checkout-first took the lease (lease 1 s)", took)
 	if n := first.log.count("fleet breaker: gave the probe lease back"); n == 0 {
 		t.Error("checkout-first kept a lease it had no call to probe with until it ran out")
 	}
@@ -616,15 +612,7 @@ func TestABackgroundHolderKeepsItsLease(t *testing.T) {
 		t.Fatalf("the worker gave its lease back %d times before its jobs were due", n)
 	}
 	prov.set("ok")
-	deadline := time.After(5 * time.Second)
-	for w.log.count("circuit breaker state released") == 0 {
-		_ = w.do(prov)
-		select {
-		case <-deadline:
-			t.Fatal("the worker's probe did not release the fleet's breaker within 5 s")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	callUntilReleased(t, w, 1, 5*time.Second, prov, w)
 }
 
 // TestForcedOpenHoldsWhileReadsFail: with the row locked, every read of it
