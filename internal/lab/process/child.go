@@ -60,10 +60,20 @@ func Launch(ctx context.Context, name, path string, args []string, env []string,
 func (p *Child) PID() int { return p.cmd.Process.Pid }
 
 func (p *Child) awaitHealthy(ctx context.Context, within time.Duration) error {
+	if err := awaitHealth(ctx, p.URL, within, p.done, &p.err); err != nil {
+		return fmt.Errorf("%s: %w%s", p.Name, err, p.logTail())
+	}
+	return nil
+}
+
+// awaitHealth polls url's GET /health every 20 ms until it answers 200, the
+// process exits (done closes, *exitErr then set), ctx ends or within has
+// passed. Both launchers use it: it polls another process, not our state.
+func awaitHealth(ctx context.Context, url string, within time.Duration, done <-chan struct{}, exitErr *error) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(within)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/health", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -73,14 +83,14 @@ func (p *Child) awaitHealthy(ctx context.Context, within time.Duration) error {
 			err = fmt.Errorf("status %d", resp.StatusCode)
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited before it was healthy (%w)%s", p.Name, p.err, p.logTail())
+		case <-done:
+			return fmt.Errorf("exited before it was healthy (%w)", *exitErr)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond): // polling another process
+		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: /health not OK within %s (last: %w)%s", p.Name, within, err, p.logTail())
+			return fmt.Errorf("/health not OK within %s (last: %w)", within, err)
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -109,20 +108,8 @@ func (p *Process) Logs() string { return p.logs.String() }
 
 func (p *Process) waitHealthy(t testing.TB, name string) {
 	t.Helper()
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := client.Get(p.URL + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s /health not OK within 10 s (last error %v)\nlogs:\n%s", name, err, p.Logs())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a real process, not waiting on our own state
+	if err := awaitHealth(context.Background(), p.URL, 10*time.Second, p.done, &p.err); err != nil {
+		t.Fatalf("%s: %v\nlogs:\n%s", name, err, p.Logs())
 	}
 }
 
