@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,9 +70,6 @@ type breaker struct {
 	sourceGauge *prometheus.GaugeVec
 	name        string
 	log         *slog.Logger
-
-	// pool recycles call trackers, so the closed path allocates no timers.
-	pool sync.Pool
 }
 
 func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(int64) int64) *breaker {
@@ -90,12 +86,6 @@ func newBreaker(name string, cfg Config, m *Metrics, log *slog.Logger, rnd func(
 		events:      newEventQueue(),
 		name:        name,
 		log:         log,
-	}
-	b.pool.New = func() any {
-		c := &call{b: b}
-		c.timer = time.AfterFunc(time.Hour, c.onTimer)
-		c.timer.Stop()
-		return c
 	}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        name,
@@ -219,13 +209,9 @@ func (b *breaker) allow() (*call, error) {
 		}
 		return nil, b.rejected(ErrTooManyRequests)
 	}
-	c := b.pool.Get().(*call)
-	c.probe = probe
-	c.era = era
-	c.done = done
-	c.armed = false
-	// The store publishes done to the timer goroutine, whose CAS reads it.
-	c.state.Store(running)
+	c := &call{b: b, probe: probe, era: era, done: done}
+	c.timer = time.AfterFunc(time.Hour, c.onTimer) // created stopped: startClock arms it
+	c.timer.Stop()
 	return c, nil
 }
 
@@ -271,7 +257,6 @@ type call struct {
 	era       uint64      // breaker.era when admitted
 	timer     *time.Timer // fires onTimer at lateAfter, then at the slow threshold if later
 	lateAfter time.Duration
-	armed     bool
 	state     atomic.Uint32
 }
 
@@ -299,7 +284,6 @@ const (
 
 // startClock starts the timer once the call holds its slot: its queueing is ours.
 func (c *call) startClock() {
-	c.armed = true
 	c.lateAfter = c.b.limit.lateAfter(c.b.slowAfter)
 	c.timer.Reset(c.lateAfter)
 }
@@ -325,13 +309,10 @@ func (c *call) restartClock() bool {
 // reporting now, not when it returns, trips the breaker and shrinks the
 // limit while hung calls still hold their connections.
 func (c *call) onTimer() {
-	// Read before the CAS: once it succeeds, finish may recycle c as soon
-	// as the timer is re-armed, and the timer's own lock, which orders the
-	// two, is invisible to the race detector.
-	b, lateAfter, slowAfter := c.b, c.lateAfter, c.b.slowAfter
-	if lateAfter < slowAfter && c.state.CompareAndSwap(running, reportedLate) {
+	b := c.b
+	if c.lateAfter < b.slowAfter && c.state.CompareAndSwap(running, reportedLate) {
 		b.limit.congested()
-		c.timer.Reset(slowAfter - lateAfter) // last: once re-armed, finish may recycle c
+		c.timer.Reset(b.slowAfter - c.lateAfter)
 		return
 	}
 	limitHeard := c.state.Load() == reportedLate
@@ -359,18 +340,11 @@ func (c *call) finish(report error, counter prometheus.Counter) bool {
 	default:
 		return false
 	}
-	// Recycle only when the timer provably will not fire: if Stop is too
-	// late, onTimer may still be running and reading c.
-	recycle := !c.armed || c.timer.Stop()
+	c.timer.Stop() // if it fires anyway, its CAS fails: the call is over
 	counter.Inc()
 	c.report(report)
 	if c.probe != nil {
 		c.b.probeDone(c.probe, report)
-	}
-	if recycle {
-		c.done = nil
-		c.probe = nil
-		c.b.pool.Put(c)
 	}
 	return !limitHeard
 }

@@ -1,9 +1,11 @@
 package resilience
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -29,13 +31,8 @@ var modeNames = [...]string{
 
 // ParseMode parses "none", "timeout" or "protected"; "" means protected.
 func ParseMode(s string) (Mode, error) {
-	if s == "" {
-		return ModeProtected, nil
-	}
-	for m, name := range modeNames {
-		if s == name {
-			return Mode(m), nil
-		}
+	if m := slices.Index(modeNames[:], cmp.Or(s, "protected")); m >= 0 {
+		return Mode(m), nil
 	}
 	return 0, fmt.Errorf("resilience: unknown mode %q (want none, timeout or protected)", s)
 }
@@ -51,8 +48,7 @@ type Config struct {
 
 	// MaxAttempts counts the first attempt too: 2 means at most one retry.
 	MaxAttempts int
-	// The full-jitter backoff before retry n is uniform in
-	// [0, min(BackoffMax, BackoffBase·2^(n-1))).
+	// The full-jitter backoff before retry n: uniform in [0, min(BackoffMax, BackoffBase·2^(n-1))).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 
@@ -68,9 +64,9 @@ type Config struct {
 	// OpenDuration plus a share of OpenJitter is how long the breaker stays open.
 	OpenDuration time.Duration
 	OpenJitter   time.Duration
-	// AbandonedHold keeps the slot of a call given up on (timed out, or its
-	// caller left) taken until that long after it was sent (L3); a probe
-	// still goes over held slots (L4). 0 turns the hold off.
+	// AbandonedHold: a call given up on (timed out, or its caller left) runs
+	// on, its slot taken, until answered or that long after it was sent
+	// (L3); a probe still goes over held slots (L4). 0: cancelled at once.
 	AbandonedHold time.Duration
 	// HalfOpenProbes is how many calls the half-open breaker lets through;
 	// that many successes in a row close it, one failure re-opens it.
@@ -109,12 +105,16 @@ func (c Config) BreakDuration(rnd func(int64) int64) time.Duration {
 	return d
 }
 
-// MaxConcurrency is the most calls the policy ever lets run at once, 0
-// outside ModeProtected: an HTTP client's connection cap, so that no call
-// queues inside the client, where the limit cannot see it.
+// MaxConcurrency is the most calls the policy lets run at once, 0 outside
+// ModeProtected: an HTTP client's connection cap, so that no call queues
+// unseen by the limit. With a hold, twice the limit's maximum: calls given up
+// on keep their connections until answered (L3), and calls go beside them (L4).
 func (c Config) MaxConcurrency() int {
-	if c.Mode != ModeProtected {
+	switch {
+	case c.Mode != ModeProtected:
 		return 0
+	case c.AbandonedHold > 0:
+		return 2 * c.LimitMax
 	}
 	return c.LimitMax
 }
@@ -138,27 +138,26 @@ func DefaultConfig() Config {
 		SlowCallThreshold: 400 * time.Millisecond, // article: 400 ms
 		SlowCallRate:      0.5,                    // article: 50 %
 
-		OpenDuration:   time.Second, // article: 1 s
-		HalfOpenProbes: 3,           // article: 3
+		// Half the article's 1 s: a probe into a provider still hanging is
+		// a lookup (L5), and a recovered one waits half as long.
+		OpenDuration:   500 * time.Millisecond,
+		HalfOpenProbes: 3, // article: 3
 		// A fifth of the open duration spreads replicas' probes without
 		// keeping a recovered provider waiting much longer.
-		OpenJitter: 200 * time.Millisecond,
-		// A provider's own request timeout, if it publishes one; paymentsim's
-		// hang, as the seed outage's, lasts 10 s.
+		OpenJitter: 100 * time.Millisecond,
+		// A provider's own request timeout, if it publishes one; the seed
+		// outage's provider keeps a call 10 s.
 		AbandonedHold: 10 * time.Second,
 
 		// Half a healthy call (docs/operations.md derives it as p50 / 2):
-		// longer only delays the fallback in a hang. A process started cold
-		// above the initial limit's rate defers the few calls that arrive
-		// before the first completions.
+		// longer only delays the fallback in a hang.
 		BulkheadWait: 100 * time.Millisecond,
 		// Where the article's bulkhead sits, right for 20 req/s × 200 ms;
 		// slow start doubles it per round trip when the load needs more.
 		LimitInitial: 4,
 		// The least a congested provider still gets from this process.
 		LimitMin: 1,
-		// 80 req/s × 200 ms = 16 in flight, plus a quarter for jitter. It is
-		// also the HTTP client's connection cap (MaxConcurrency).
+		// 80 req/s × 200 ms = 16 in flight, plus a quarter for jitter.
 		LimitMax: 20,
 		// TCP's multiplicative decrease (RFC 5681), the low end of Netflix's
 		// AIMDLimit's [0.5, 1): a queueing provider needs its load cut decisively.

@@ -87,8 +87,9 @@ func TestMaxConcurrency(t *testing.T) {
 		edit func(*Config)
 		want int
 	}{
-		{"adaptive: its maximum", func(*Config) {}, 20},
-		{"fixed: its size", func(c *Config) { c.LimitInitial, c.LimitMin, c.LimitMax = 4, 4, 4 }, 4},
+		{"adaptive, held calls keeping their connections: twice its maximum", func(*Config) {}, 40},
+		{"adaptive, no hold: its maximum", func(c *Config) { c.AbandonedHold = 0 }, 20},
+		{"fixed, no hold: its size", func(c *Config) { c.LimitInitial, c.LimitMin, c.LimitMax, c.AbandonedHold = 4, 4, 4, 0 }, 4},
 		{"mode timeout: unbounded", func(c *Config) { c.Mode = ModeTimeout }, 0},
 		{"mode none: unbounded", func(c *Config) { c.Mode = ModeNone }, 0},
 	}

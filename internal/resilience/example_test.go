@@ -80,7 +80,7 @@ func ExampleDo_fallback() {
 			fmt.Println("paid")
 		case errors.Is(err, resilience.ErrOpen), errors.Is(err, resilience.ErrTooManyRequests):
 			fmt.Printf("%v\n  breaker %v: accept the order, charge it in %v\n",
-				err, payment.State(), payment.RetryAfter().Round(time.Second))
+				err, payment.State(), payment.RetryAfter().Round(100*time.Millisecond))
 		case errors.Is(err, resilience.ErrBulkheadFull), errors.Is(err, resilience.ErrTimeout):
 			fmt.Println("concurrency limit reached or provider slow: accept the order, charge it later")
 		default:
@@ -89,9 +89,9 @@ func ExampleDo_fallback() {
 	}
 	// Output:
 	// resilience: circuit breaker is open (attempt 2); attempt 1: provider: 503
-	//   breaker open: accept the order, charge it in 1s
+	//   breaker open: accept the order, charge it in 500ms
 	// resilience: circuit breaker is open
-	//   breaker open: accept the order, charge it in 1s
+	//   breaker open: accept the order, charge it in 500ms
 }
 
 // A decline comes back unchanged, reachable with errors.As, and is neither

@@ -95,12 +95,13 @@ type bundle struct {
 	trans *transitions
 }
 
-// setup builds a policy from DefaultConfig, changed by edit, with jitter
-// and the abandoned-call hold off unless edit sets them (hold_test.go
-// tests the hold). Call it inside the synctest bubble.
+// setup builds a policy from DefaultConfig, changed by edit, with a 1 s
+// open duration, and jitter and the abandoned-call hold off, unless edit
+// sets them (hold_test.go tests the hold). Call it inside the synctest bubble.
 func setup(t *testing.T, edit func(*Config)) bundle {
 	t.Helper()
 	cfg := DefaultConfig()
+	cfg.OpenDuration = time.Second
 	cfg.OpenJitter = 0
 	cfg.AbandonedHold = 0
 	if edit != nil {
@@ -120,6 +121,9 @@ func setup(t *testing.T, edit func(*Config)) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Calls given up on run on until the hold ends (send): let it, or the
+	// bubble would end with them still waiting.
+	t.Cleanup(func() { time.Sleep(cfg.AbandonedHold) })
 	return bundle{p: p, m: m, trans: tr}
 }
 

@@ -240,7 +240,7 @@ func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
 				// until one call may go over them (L4): within an open
 				// duration of the limit filling with them.
 				wait := b.p.RetryAfter()
-				if open := DefaultConfig().OpenDuration; wait <= 0 || wait > open {
+				if open := b.p.cfg.OpenDuration; wait <= 0 || wait > open {
 					t.Errorf("RetryAfter = %v, want more than 0 and at most the open duration, %v", wait, open)
 				}
 				advance(wait)
@@ -259,13 +259,62 @@ func TestAbandonedCallsKeepTheirSlots(t *testing.T) {
 	}
 }
 
+// twoSlotsAHold is a policy with one attempt, a fixed limit of 2 and the 10 s hold.
+func twoSlotsAHold(t *testing.T) bundle {
+	return setup(t, func(c *Config) {
+		c.MaxAttempts, c.AbandonedHold = 1, 10*time.Second
+		c.LimitInitial, c.LimitMin, c.LimitMax = 2, 2, 2
+	})
+}
+
+// A call given up on is not cancelled (send): it keeps its slot until the
+// dependency answers it, at most the hold, and is cancelled when the hold ends.
+func TestAnAbandonedCallKeepsItsSlotUntilItIsAnswered(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := twoSlotsAHold(t)
+		start := time.Now()
+		var answered, cancelled time.Duration
+		answersLater := func(ctx context.Context) (string, error) {
+			_, err := answersIn(2 * time.Second)(ctx)
+			answered = time.Since(start)
+			return "ch_1", err
+		}
+		hangs := func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			cancelled = time.Since(start)
+			return "", ctx.Err()
+		}
+		for _, fn := range []func(context.Context) (string, error){answersLater, hangs} {
+			if _, err := Do(context.Background(), b.p, fn); !errors.Is(err, ErrTimeout) {
+				t.Fatalf("err = %v, want ErrTimeout", err)
+			}
+		}
+		advance(500 * time.Millisecond)
+		if _, inFlight := b.p.limit.current(); inFlight != 2 {
+			t.Fatalf("1.5 s in: slots taken = %d, want both abandoned calls'", inFlight)
+		}
+		advance(time.Until(start.Add(2*time.Second + time.Millisecond)))
+		if answered != 2*time.Second {
+			t.Errorf("the abandoned call was answered %v in, want 2s: it must run on past its timeout", answered)
+		}
+		if _, inFlight := b.p.limit.current(); inFlight != 1 {
+			t.Errorf("once it was answered: slots taken = %d, want 1 (the call that hangs)", inFlight)
+		}
+		advance(time.Until(start.Add(11 * time.Second)))
+		if want := 500*time.Millisecond + 10*time.Second; cancelled != want {
+			t.Errorf("the hung call was cancelled %v in, want %v: when its hold ended", cancelled, want)
+		}
+		if _, inFlight := b.p.limit.current(); inFlight != 0 {
+			t.Errorf("after the hold: slots taken = %d, want 0", inFlight)
+		}
+	})
+}
+
 func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, func(c *Config) {
-			c.MaxAttempts, c.AbandonedHold = 1, 10*time.Second
-			c.LimitInitial, c.LimitMin, c.LimitMax = 2, 2, 2
-		})
+		b := twoSlotsAHold(t)
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Go(func() { _, _ = b.do(hang) })

@@ -293,10 +293,10 @@ func TestOpenTimeStaysTheSameAfterFailedProbes(t *testing.T) {
 func TestBreakDuration(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
-	if got := cfg.BreakDuration(func(int64) int64 { return 0 }); got != time.Second {
-		t.Errorf("no jitter drawn: BreakDuration = %v, want 1s", got)
+	if got := cfg.BreakDuration(func(int64) int64 { return 0 }); got != 500*time.Millisecond {
+		t.Errorf("no jitter drawn: BreakDuration = %v, want 500ms", got)
 	}
-	if got, want := cfg.BreakDuration(func(n int64) int64 { return n - 1 }), 1200*time.Millisecond-time.Nanosecond; got != want {
+	if got, want := cfg.BreakDuration(func(n int64) int64 { return n - 1 }), 600*time.Millisecond-time.Nanosecond; got != want {
 		t.Errorf("the most jitter: BreakDuration = %v, want %v", got, want)
 	}
 }

@@ -102,11 +102,11 @@ func testLateAfterFollowsThePercentileWithinBounds(t *testing.T) {
 	if err := l.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.releaseAfter(noSignal, time.Second)
+	free := l.hold(noSignal, time.Now().Add(time.Second))
 	if got := l.lateAfter(slow); got != slow {
 		t.Errorf("a slot held: lateAfter = %v, want the slow threshold", got)
 	}
-	advance(time.Second)
+	free()
 	if got, want := l.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("the hold over: lateAfter = %v, want %v", got, want)
 	}
@@ -117,11 +117,11 @@ func testLateAfterFollowsThePercentileWithinBounds(t *testing.T) {
 	if err := bg.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	bg.releaseAfter(noSignal, time.Second)
+	free = bg.hold(noSignal, time.Now().Add(time.Second))
 	if got, want := bg.lateAfter(slow), 300*time.Millisecond; got != want {
 		t.Errorf("background, a slot held: lateAfter = %v, want %v", got, want)
 	}
-	advance(time.Second)
+	free()
 	// The provider became slower for good: the percentile follows, and its
 	// calls stop being late instead of halving the limit for ever.
 	succeed(l, 350*time.Millisecond, 5)

@@ -47,7 +47,7 @@ type limiter struct {
 	ssthresh    int  // a background limit grows per round trip from here (L9); 0: none
 	dropped     bool // the limit dropped and has not grown since (L9)
 	waiters     []*waiter
-	held        []time.Time // when each slot kept by releaseAfter frees, in order
+	held        []time.Time // when each slot kept by hold frees at the latest, in order
 	probing     bool        // a call holds the slot over the limit (acquireProbe)
 	probedAt    time.Time   // when the last such call took it
 	fullSince   time.Time   // since when held slots fill the limit; zero while they do not
@@ -220,14 +220,9 @@ func (l *limiter) release(s signal) {
 	l.mu.Unlock()
 }
 
-// releaseAfter applies s but keeps the slot for d more (L3): the dependency
-// may still be working on the abandoned call.
-func (l *limiter) releaseAfter(s signal, d time.Duration) {
-	if d <= 0 {
-		l.release(s)
-		return
-	}
-	until := time.Now().Add(d)
+// hold applies s but keeps the slot (L3) until free is called: when the
+// dependency answers the call given up on, by until at the latest (send).
+func (l *limiter) hold(s signal, until time.Time) (free func()) {
 	l.mu.Lock()
 	l.abandonedAt = time.Now()
 	l.adapt(s)
@@ -235,7 +230,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 	l.held = slices.Insert(l.held, i, until)
 	l.holding.Store(int32(len(l.held)))
 	l.mu.Unlock()
-	time.AfterFunc(d, func() {
+	return func() {
 		l.mu.Lock()
 		if i := slices.IndexFunc(l.held, until.Equal); i >= 0 {
 			l.held = slices.Delete(l.held, i, i+1)
@@ -247,7 +242,7 @@ func (l *limiter) releaseAfter(s signal, d time.Duration) {
 		}
 		l.mu.Unlock()
 		l.release(noSignal)
-	})
+	}
 }
 
 // retryIn is how long until a call may get a slot: when held slots fill
@@ -384,7 +379,7 @@ func (l *limiter) grow() {
 	l.sinceGrown = 0
 }
 
-// current returns the limit and the calls in flight, for tests.
+// current returns the limit and the calls in flight (Policy.Limit, tests).
 func (l *limiter) current() (limit, inFlight int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

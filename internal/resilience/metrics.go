@@ -133,33 +133,19 @@ func (m *Metrics) limiterMetrics(name string) limiterMetrics {
 
 // effectiveStates exports resilience_breaker_effective_state, read at each
 // scrape: an imposed state ends by running out of time, which nothing reports.
+// A later breaker of a name replaces an earlier one, as the gauges' children do.
 type effectiveStates struct {
 	desc     *prometheus.Desc
-	mu       sync.Mutex
-	breakers []*breaker
+	breakers sync.Map // name → *breaker
 }
 
-// add exports b's effective state; a later breaker of the same name
-// replaces an earlier one, as the gauges' children are shared by name.
-func (e *effectiveStates) add(b *breaker) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i, old := range e.breakers {
-		if old.name == b.name {
-			e.breakers[i] = b
-			return
-		}
-	}
-	e.breakers = append(e.breakers, b)
-}
+func (e *effectiveStates) add(b *breaker) { e.breakers.Store(b.name, b) }
 
 func (e *effectiveStates) Describe(ch chan<- *prometheus.Desc) { ch <- e.desc }
 
 func (e *effectiveStates) Collect(ch chan<- prometheus.Metric) {
-	e.mu.Lock()
-	breakers := append([]*breaker(nil), e.breakers...)
-	e.mu.Unlock()
-	for _, b := range breakers {
-		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, float64(b.effectiveState()), b.name)
+	for name, b := range e.breakers.Range {
+		state := b.(*breaker).effectiveState()
+		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, float64(state), name.(string))
 	}
 }

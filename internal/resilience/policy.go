@@ -13,7 +13,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// ErrTimeout wraps the call's error when its attempt, not its caller, ran out of time.
+// ErrTimeout means the call's attempt, not its caller, ran out of time.
 var ErrTimeout = errors.New("resilience: attempt timed out")
 
 // ErrPaced means the call was not made: its turn under Config.Rate falls past its deadline.
@@ -140,9 +140,8 @@ func (p *Policy) Limit() int {
 	return limit
 }
 
-// RetryAfter returns how long until the stack lets a call through, 0 when
-// nothing refuses: for a Retry-After header, or to snooze background work
-// instead of piling onto a failing dependency.
+// RetryAfter returns how long until the stack lets a call through, 0 when nothing
+// refuses: for a Retry-After header, or to snooze background work meanwhile.
 func (p *Policy) RetryAfter() time.Duration {
 	if p.breaker == nil {
 		return 0
@@ -203,8 +202,7 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 		p.retries.Inc()
 		p.backoffs.Observe(delay.Seconds())
 		traceRetry(ctx, p, n, delay, err)
-		p.log.LogAttrs(ctx, slog.LevelInfo, "retrying call",
-			slog.String("name", p.name), slog.Int("attempt", n+1),
+		p.log.LogAttrs(ctx, slog.LevelInfo, "retrying call", slog.String("name", p.name), slog.Int("attempt", n+1),
 			slog.Duration("backoff", delay), slog.String("error", err.Error()))
 		select {
 		case <-ctx.Done():
@@ -248,9 +246,57 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 			return v, false, err
 		}
 	}
-	v, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, fn)
+	v, timedOut, gone, err := send(ctx, p, sent, fn)
 	completed = true
-	return v, p.settle(ctx, c, sent, timedOut, err), err
+	return v, p.settle(ctx, c, sent, timedOut, err, gone), err
+}
+
+// send is withTimeout, except that with an abandoned-call hold a call given
+// up on is not cancelled: it runs on, detached from its caller, until the
+// dependency answers or the hold ends (L3), and gone is closed then; nil
+// when fn returned to its caller. A panic reaches a caller still waiting.
+func send[T any](ctx context.Context, p *Policy, sent time.Time, fn func(context.Context) (T, error)) (v T, timedOut bool, gone <-chan struct{}, err error) {
+	if p.cfg.AbandonedHold <= 0 {
+		v, timedOut, err = withTimeout(ctx, p.cfg.AttemptTimeout, fn)
+		return v, timedOut, nil, err
+	}
+	type result struct {
+		v        T
+		err      error
+		panicked any
+	}
+	out, left, done := make(chan result), make(chan struct{}), make(chan struct{})
+	go func() {
+		var r result
+		defer func() {
+			r.panicked = recover()
+			select {
+			case out <- r:
+			case <-left:
+				if r.panicked != nil {
+					panic(r.panicked) // nobody waits for it: the goroutine's own
+				}
+			}
+			close(done)
+		}()
+		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), sent.Add(p.cfg.AbandonedHold))
+		defer cancel()
+		r.v, r.err = fn(fctx)
+	}()
+	select {
+	case r := <-out:
+		if r.panicked != nil {
+			panic(r.panicked)
+		}
+		return r.v, false, nil, r.err
+	case <-time.After(p.cfg.AttemptTimeout - time.Since(sent)):
+		timedOut = true
+		err = fmt.Errorf("%w after %v: %w", ErrTimeout, p.cfg.AttemptTimeout, context.DeadlineExceeded)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	close(left)
+	return v, timedOut, done, err
 }
 
 // probeFirst sends Options.Probe in the slot and admission of call c (L5).
@@ -258,14 +304,14 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 // restarts c's clock and returns a fresh send time. Any other outcome is:
 // probeFirst settles c with it and returns ErrProbeFailed.
 func (p *Policy) probeFirst(ctx context.Context, c *call, sent time.Time) (time.Time, error) {
-	_, timedOut, err := withTimeout(ctx, p.cfg.AttemptTimeout, func(ctx context.Context) (struct{}, error) {
+	_, timedOut, gone, err := send(ctx, p, time.Now(), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, p.probe(ctx)
 	})
 	answered := err == nil || (!timedOut && ctx.Err() == nil && p.classify(err) == Final)
 	if answered && c.restartClock() {
 		return time.Now(), nil // the probe's latency is not the call's
 	}
-	p.settle(ctx, c, sent, timedOut, err)
+	p.settle(ctx, c, sent, timedOut, err, gone)
 	// Not wrapped: the call was not made, so it neither timed out nor failed.
 	if ctx.Err() != nil {
 		return sent, fmt.Errorf("%w: %w", ErrProbeFailed, ctx.Err())
@@ -286,11 +332,11 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 	}
 	overLimit, err = p.limit.acquireProbe(ctx, c.isProbe)
 	if err != nil {
-		// A reached limit, or a caller gone while queueing, says nothing
-		// of the dependency: excluded, not retried into the load. Unless
-		// the dependency refuses (L7): a failure, so that the breaker
-		// opens, and tells the fleet, with too few calls to judge. A probe
-		// refused beside another one over the limit is no verdict.
+		// A reached limit, or a caller gone while queueing, says nothing of
+		// the dependency: excluded, not retried into the load. Unless the
+		// dependency refuses (L7): a failure, so that the breaker opens, and
+		// tells the fleet, with too few calls to judge. A probe refused
+		// beside another one over the limit is no verdict.
 		report, counter := errReportExcluded, p.breaker.calls.rejected
 		switch {
 		case !errors.Is(err, ErrBulkheadFull):
@@ -315,9 +361,8 @@ func admit(ctx context.Context, p *Policy) (c *call, overLimit bool, err error) 
 }
 
 // settle reports how c's call ended to the breaker and the limit, frees its
-// slot, now or after the hold, and reports whether to try again.
-func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut bool, err error) (retry bool) {
-	abandoned := timedOut || (err != nil && ctx.Err() != nil)
+// slot, now or once gone closes, and reports whether to try again.
+func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut bool, err error, gone <-chan struct{}) (retry bool) {
 	calls := &p.breaker.calls
 	// Timeouts and transient errors are congestion, successes health, final
 	// answers and callers that gave up neither; finish says if it is news.
@@ -346,8 +391,9 @@ func (p *Policy) settle(ctx context.Context, c *call, sent time.Time, timedOut b
 		}
 		retry = class == Transient
 	}
-	if abandoned {
-		p.limit.releaseAfter(s, time.Until(sent.Add(p.cfg.AbandonedHold)))
+	if gone != nil {
+		free := p.limit.hold(s, sent.Add(p.cfg.AbandonedHold))
+		go func() { <-gone; free() }()
 	} else {
 		p.limit.release(s)
 	}
