@@ -51,7 +51,7 @@ var soakWorkerEnv = map[string]string{
 	// The lookup's "no charge" is trusted 10 s after the last attempt
 	// (default 1 m). It must exceed the longest a charge can take at the
 	// provider: the soak checks that against the provider's max in-flight.
-	"LOOKUP_AFTER": "10s",
+	"LOOKUP_AFTER": "15s",
 	// A killed worker's running jobs are retried after 31 s (default 1 m),
 	// the least allowed: just over the 30 s job timeout.
 	"RESCUE_STUCK_JOBS_AFTER": "31s",

@@ -195,11 +195,13 @@ func checkTimings(cfg config, checkout order.Config) error {
 	var errs []error
 	// A lookup's "no charge" is final (the order fails), so it must come
 	// after every attempt can have ended at the provider: the attempt
-	// timeout bounds how long the worker waits, and the abandoned-call hold
-	// is how long the provider is assumed to keep a call given up on.
+	// timeout bounds how long the worker waits; a call given up on is not
+	// cancelled, so it may still reach the provider once its connection is
+	// up (the client's connect timeout), which may then keep it as long as
+	// the abandoned-call hold.
 	inFlight, inFlightVar := cfg.Resilience.AttemptTimeout, "PAYMENT_ATTEMPT_TIMEOUT"
-	if cfg.Resilience.AbandonedHold > inFlight {
-		inFlight, inFlightVar = cfg.Resilience.AbandonedHold, "PAYMENT_ABANDONED_HOLD"
+	if hold := cfg.Resilience.AbandonedHold; hold > 0 && hold+cfg.Payment.ConnectTimeout() > inFlight {
+		inFlight, inFlightVar = hold+cfg.Payment.ConnectTimeout(), "PAYMENT_ABANDONED_HOLD and the connect timeout"
 	}
 	if lookup := cfg.Worker.Charge.LookupAfter; lookup < inFlight {
 		errs = append(errs, fmt.Errorf("LOOKUP_AFTER=%s: want at least %s (%s), the longest an attempt can be in flight at the provider (PAYMENT_ATTEMPT_TIMEOUT %s, PAYMENT_ABANDONED_HOLD %s)",

@@ -18,17 +18,19 @@ func TestLoadConfigRefusesSettingsThatOnlyHoldTogether(t *testing.T) {
 	}{
 		{name: "defaults", env: nil},
 		{name: "the chaos soak's lowered settings", env: map[string]string{
-			"CHARGE_GIVE_UP_AFTER": "3", "LOOKUP_AFTER": "10s", "RESCUE_STUCK_JOBS_AFTER": "31s",
+			"CHARGE_GIVE_UP_AFTER": "3", "LOOKUP_AFTER": "15s", "RESCUE_STUCK_JOBS_AFTER": "31s",
 		}},
 
 		// LOOKUP_AFTER against the longest an attempt can be in flight.
 		{name: "lookup at once", env: map[string]string{"LOOKUP_AFTER": "0s"},
 			wantErr: []string{"LOOKUP_AFTER", "PAYMENT_ABANDONED_HOLD", "PAYMENT_ATTEMPT_TIMEOUT"}},
 		{name: "lookup before the abandoned-call hold", env: map[string]string{"LOOKUP_AFTER": "9s", "PAYMENT_ABANDONED_HOLD": "10s"},
-			wantErr: []string{"LOOKUP_AFTER=9s", "PAYMENT_ABANDONED_HOLD (10s)"}},
+			wantErr: []string{"LOOKUP_AFTER=9s", "PAYMENT_ABANDONED_HOLD and the connect timeout (13s)"}},
+		{name: "lookup at the hold, before a late connection's call", env: map[string]string{"LOOKUP_AFTER": "10s", "PAYMENT_ABANDONED_HOLD": "10s"},
+			wantErr: []string{"LOOKUP_AFTER=10s", "PAYMENT_ABANDONED_HOLD and the connect timeout (13s)"}},
 		{name: "lookup before the attempt timeout", env: map[string]string{"LOOKUP_AFTER": "5s", "PAYMENT_ABANDONED_HOLD": "0s", "PAYMENT_ATTEMPT_TIMEOUT": "6s"},
 			wantErr: []string{"LOOKUP_AFTER=5s", "PAYMENT_ATTEMPT_TIMEOUT (6s)"}},
-		{name: "lookup right at the hold", env: map[string]string{"LOOKUP_AFTER": "10s", "PAYMENT_ABANDONED_HOLD": "10s"}},
+		{name: "lookup right after the hold and the connect timeout", env: map[string]string{"LOOKUP_AFTER": "13s", "PAYMENT_ABANDONED_HOLD": "10s"}},
 
 		// SWEEP_AFTER against checkout's longest request (the key lock TTL).
 		{name: "sweep at the key lock TTL", env: map[string]string{"SWEEP_AFTER": "7s"},

@@ -51,8 +51,9 @@ const StripeAPIBase = "https://api.stripe.com"
 const (
 	// DefaultMaxConns caps a Client built without a MaxConns of its own at the static
 	// bulkhead's default 4 slots. NewProtectedClient does not use it: it caps connections at
-	// the policy's MaxConcurrency, by default the adaptive limit's maximum of 20, so the
-	// provider may see up to 20 calls at once from each checkout or worker process.
+	// the policy's MaxConcurrency, by default twice the adaptive limit's maximum of 20 (calls
+	// given up on keep their connections until answered), so the provider may see up to 40
+	// connections from each checkout or worker process, most of them calls it still holds.
 	DefaultMaxConns              = 4
 	DefaultDialTimeout           = time.Second
 	DefaultTLSHandshakeTimeout   = 2 * time.Second
@@ -191,6 +192,13 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return n, errBodyTooLarge
 	}
 	return n, err
+}
+
+// ConnectTimeout bounds how long a call takes to reach the provider over a new
+// connection: the dial and the TLS handshake, with the defaults applied.
+func (c Config) ConnectTimeout() time.Duration {
+	c = withDefaults(c)
+	return c.DialTimeout + c.TLSHandshakeTimeout
 }
 
 func withDefaults(cfg Config) Config {

@@ -76,8 +76,8 @@ func NewProtected(client *Client, policy *resilience.Policy, log *slog.Logger) *
 // come back in time.
 //
 // The connection cap is the most calls the policy's concurrency limit
-// ever admits (the adaptive limit's maximum, not its current value; or the
-// static bulkhead) — more connections could never be used at once, fewer
+// ever admits (twice the adaptive limit's maximum, as calls given up on keep
+// theirs until answered; not its current value) — more connections could never be used at once, fewer
 // would make calls queue inside net/http, invisible to the limit's
 // metrics — and outside protected mode there is no cap at all, since a cap
 // is a bulkhead too.

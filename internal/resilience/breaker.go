@@ -309,10 +309,10 @@ func (c *call) restartClock() bool {
 // reporting now, not when it returns, trips the breaker and shrinks the
 // limit while hung calls still hold their connections.
 func (c *call) onTimer() {
-	b := c.b
-	if c.lateAfter < b.slowAfter && c.state.CompareAndSwap(running, reportedLate) {
+	b, late := c.b, c.lateAfter // before the CAS: after it, restartClock may set lateAfter
+	if late < b.slowAfter && c.state.CompareAndSwap(running, reportedLate) {
 		b.limit.congested()
-		c.timer.Reset(b.slowAfter - c.lateAfter)
+		c.timer.Reset(b.slowAfter - late)
 		return
 	}
 	limitHeard := c.state.Load() == reportedLate

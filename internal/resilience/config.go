@@ -189,7 +189,7 @@ func (c Config) Validate() error {
 	check(c.SlowCallThreshold > 0, "SlowCallThreshold %v must be positive", c.SlowCallThreshold)
 	check(c.OpenDuration > 0, "OpenDuration %v must be positive", c.OpenDuration)
 	check(c.OpenJitter >= 0, "OpenJitter %v must not be negative", c.OpenJitter)
-	check(c.AbandonedHold >= 0, "AbandonedHold %v must not be negative", c.AbandonedHold)
+	check(c.AbandonedHold == 0 || c.AbandonedHold >= c.AttemptTimeout, "AbandonedHold %v must be 0 or at least AttemptTimeout", c.AbandonedHold)
 	check(c.HalfOpenProbes >= 1 && c.HalfOpenProbes <= math.MaxUint32,
 		"HalfOpenProbes %d must be at least 1", c.HalfOpenProbes)
 	check(c.BulkheadWait >= 0, "BulkheadWait %v must not be negative", c.BulkheadWait)

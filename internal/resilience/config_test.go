@@ -48,6 +48,8 @@ func TestConfigValidate(t *testing.T) {
 		{"min calls beyond window", func(c *Config) { c.MinCalls = 11 }, "MinCalls"},
 		{"failure rate over 1", func(c *Config) { c.FailureRate = 50 }, "FailureRate"},
 		{"zero slow rate", func(c *Config) { c.SlowCallRate = 0 }, "SlowCallRate"},
+		{"a hold shorter than an attempt", func(c *Config) { c.AbandonedHold = 200 * time.Millisecond }, "AbandonedHold"},
+		{"no hold", func(c *Config) { c.AbandonedHold = 0 }, ""},
 		{"zero slow threshold", func(c *Config) { c.SlowCallThreshold = 0 }, "SlowCallThreshold"},
 		{"zero open duration", func(c *Config) { c.OpenDuration = 0 }, "OpenDuration"},
 		{"negative jitter", func(c *Config) { c.OpenJitter = -1 }, "OpenJitter"},

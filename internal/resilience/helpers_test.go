@@ -154,6 +154,14 @@ func counterValue(t *testing.T, m prometheus.Metric) float64 {
 type transitions struct {
 	mu      sync.Mutex
 	records []transition
+	msgs    map[string]int // every message logged, counted
+}
+
+// logged counts the records logged with message msg.
+func (h *transitions) logged(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.msgs[msg]
 }
 
 type transition struct {
@@ -167,6 +175,12 @@ func (h *transitions) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *transitions) WithGroup(string) slog.Handler            { return h }
 
 func (h *transitions) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	if h.msgs == nil {
+		h.msgs = map[string]int{}
+	}
+	h.msgs[r.Message]++
+	h.mu.Unlock()
 	if r.Message != "circuit breaker state changed" {
 		return nil
 	}

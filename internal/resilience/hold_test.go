@@ -311,6 +311,53 @@ func TestAnAbandonedCallKeepsItsSlotUntilItIsAnswered(t *testing.T) {
 	})
 }
 
+// A caller whose own deadline ends with its attempt's gave up itself: no
+// timeout, no breaker failure, as withTimeout judges it.
+func TestACallerWhoseDeadlineEndsWithTheAttemptGaveUpItself(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, func(c *Config) {
+			c.MaxAttempts, c.AbandonedHold = 1, 10*time.Second
+			c.MinCalls, c.WindowSize = 100, 100 // slow at 400 ms, these calls must not open it
+		})
+		for i := range 20 { // the two deadlines are reached together: every time, not by chance
+			ctx, cancel := context.WithTimeout(context.Background(), DefaultConfig().AttemptTimeout)
+			_, err := Do(ctx, b.p, answersIn(600*time.Millisecond))
+			cancel()
+			if errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("call %d: err = %v, want the caller's own deadline, not ErrTimeout", i, err)
+			}
+			advance(100 * time.Millisecond) // answered: its slot is free again
+		}
+		if got := b.calls(t, outcomeFailure); got != 0 {
+			t.Errorf("breaker failures = %d, want 0: the callers gave up", got)
+		}
+	})
+}
+
+// A call given up on that panics once its caller has left is logged, not
+// re-raised on a goroutine nobody recovers: that would end the process.
+func TestAPanicAfterTheCallerLeftIsLogged(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := twoSlotsAHold(t)
+		_, err := Do(context.Background(), b.p, func(ctx context.Context) (string, error) {
+			time.Sleep(time.Second)
+			panic("boom")
+		})
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("err = %v, want ErrTimeout", err)
+		}
+		advance(time.Second)
+		if got := b.trans.logged("a call given up on panicked"); got != 1 {
+			t.Errorf("logged the panic %d times, want once", got)
+		}
+		if _, inFlight := b.p.limit.current(); inFlight != 0 {
+			t.Errorf("slots taken = %d, want 0: the call is over", inFlight)
+		}
+	})
+}
+
 func TestRefusalsWhileEverySlotIsHeldOpenTheBreaker(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

@@ -30,12 +30,11 @@ func nameOr[T ~uint8](names []string, v T) string {
 	return "unknown"
 }
 
-// Imposed is a breaker state a coordinator sets from outside the process,
-// in durations from now: a shared store's clock is not ours. It refuses
-// every call with [ErrOpen] for OpenFor; then, until HoldFor, admits Probes
-// calls as the fleet's probes, or, with none, refuses with
-// [ErrTooManyRequests]. After HoldFor the local breaker decides again: a
-// lost message or an unreachable store cannot keep it open for ever.
+// Imposed is a breaker state a coordinator sets from outside the process, in
+// durations from now: a shared store's clock is not ours. It refuses every
+// call with [ErrOpen] for OpenFor; then, until HoldFor, admits Probes calls as
+// the fleet's probes, or, with none, refuses with [ErrTooManyRequests]. After
+// HoldFor the local breaker decides again: a lost message cannot keep it open.
 type Imposed struct {
 	Source  Source // SourceFleet or SourceForced
 	OpenFor time.Duration
@@ -84,10 +83,9 @@ func (p *Policy) Impose(im Imposed) {
 	}
 }
 
-// Release gives the decision back to the local breaker: the fleet's probe
-// found the dependency answering, or an operator cleared a forced state.
-// The window starts afresh, or the calls that hung before would reopen the
-// breaker, and held slots make room for one call (limiter.recovered).
+// Release gives the decision back to the local breaker: the fleet's probe found the
+// dependency answering, or an operator cleared a forced state. The window starts afresh, or
+// calls that hung before would reopen it; held slots make room for one call (limiter.recovered).
 func (p *Policy) Release() {
 	if p.breaker != nil && p.breaker.release() {
 		p.limit.recovered()

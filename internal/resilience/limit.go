@@ -286,7 +286,7 @@ func (l *limiter) liftOverHeld() bool {
 	if len(l.held) < l.limit {
 		return false
 	}
-	l.limit = len(l.held) + 1
+	l.limit = min(len(l.held)+1, 2*l.max-1) // and a probe over it: MaxConcurrency
 	return true
 }
 

@@ -543,3 +543,24 @@ func testLimiterMetrics() limiterMetrics {
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected"}),
 	}
 }
+
+// A lift over held slots stops one short of twice the maximum: with the call
+// over it, what MaxConcurrency lets the HTTP client connect, as held calls
+// keep their connections.
+func TestALiftOverHeldSlotsStaysUnderTheConnectionCap(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(2, 1, 2, 0.5, 0, testLimiterMetrics())
+	until := time.Now().Add(time.Hour)
+	for range 5 {
+		l.limit = l.max * 3 // as if lifted before: every call gets a slot
+		if err := l.acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		l.hold(noSignal, until)
+	}
+	l.limit = 1
+	l.recovered()
+	if got, want := l.limit, 2*l.max-1; got != want {
+		t.Errorf("lifted over 5 held slots: limit = %d, want %d (2 × max - 1)", got, want)
+	}
+}

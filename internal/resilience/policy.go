@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -256,7 +257,7 @@ func attempt[T any](ctx context.Context, p *Policy, fn func(context.Context) (T,
 // dependency answers or the hold ends (L3), and gone is closed then; nil
 // when fn returned to its caller. A panic reaches a caller still waiting.
 func send[T any](ctx context.Context, p *Policy, sent time.Time, fn func(context.Context) (T, error)) (v T, timedOut bool, gone <-chan struct{}, err error) {
-	if p.cfg.AbandonedHold <= 0 {
+	if p.cfg.AbandonedHold <= 0 || ctx.Err() != nil { // a caller gone already: nothing to send
 		v, timedOut, err = withTimeout(ctx, p.cfg.AttemptTimeout, fn)
 		return v, timedOut, nil, err
 	}
@@ -274,7 +275,7 @@ func send[T any](ctx context.Context, p *Policy, sent time.Time, fn func(context
 			case out <- r:
 			case <-left:
 				if r.panicked != nil {
-					panic(r.panicked) // nobody waits for it: the goroutine's own
+					p.log.Error("a call given up on panicked", "name", p.name, "panic", r.panicked, "stack", string(debug.Stack()))
 				}
 			}
 			close(done)
@@ -290,13 +291,14 @@ func send[T any](ctx context.Context, p *Policy, sent time.Time, fn func(context
 		}
 		return r.v, false, nil, r.err
 	case <-time.After(p.cfg.AttemptTimeout - time.Since(sent)):
-		timedOut = true
-		err = fmt.Errorf("%w after %v: %w", ErrTimeout, p.cfg.AttemptTimeout, context.DeadlineExceeded)
 	case <-ctx.Done():
-		err = ctx.Err()
 	}
 	close(left)
-	return v, timedOut, done, err
+	// The caller's own end, its deadline no later than the attempt's, is no timeout (withTimeout).
+	if d, ok := ctx.Deadline(); ctx.Err() != nil || ok && !d.After(sent.Add(p.cfg.AttemptTimeout)) {
+		return v, false, done, cmp.Or(ctx.Err(), context.DeadlineExceeded)
+	}
+	return v, true, done, fmt.Errorf("%w after %v: %w", ErrTimeout, p.cfg.AttemptTimeout, context.DeadlineExceeded)
 }
 
 // probeFirst sends Options.Probe in the slot and admission of call c (L5).
