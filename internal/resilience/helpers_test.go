@@ -123,7 +123,7 @@ func setup(t *testing.T, edit func(*Config)) bundle {
 	}
 	// Calls given up on run on until the hold ends (send): let it, or the
 	// bubble would end with them still waiting.
-	t.Cleanup(func() { time.Sleep(cfg.AbandonedHold) })
+	t.Cleanup(func() { advance(cfg.AbandonedHold) })
 	return bundle{p: p, m: m, trans: tr}
 }
 

@@ -342,7 +342,7 @@ func TestAPanicAfterTheCallerLeftIsLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := twoSlotsAHold(t)
 		_, err := Do(context.Background(), b.p, func(ctx context.Context) (string, error) {
-			time.Sleep(time.Second)
+			<-time.After(time.Second) // on the bubble's clock
 			panic("boom")
 		})
 		if !errors.Is(err, ErrTimeout) {

@@ -160,8 +160,8 @@ func (p *Policy) RetryAfter() time.Duration {
 }
 
 // Do calls fn, which must honour its context, through p's layers: retry,
-// pace (P1), breaker, limit, timeout. It returns fn's result or an error
-// the package doc lists, wrapped, never replaced.
+// pace (P1), breaker, limit, timeout. It returns fn's result or an error the
+// package doc lists, wrapping fn's own if fn returned before its caller left.
 func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (T, error) {
 	switch p.cfg.Mode {
 	case ModeNone:
