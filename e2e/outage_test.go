@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,7 +61,9 @@ func outage(t *testing.T, s stack, rate float64) experiment.Report {
 // (201/202, never 5xx), none is lost or charged twice, all are paid after.
 func TestProtectedModeSurvivesProviderOutage(t *testing.T) {
 	t.Parallel()
-	r := outage(t, startStack(t, "protected"), 20)
+	s := startStack(t, "protected")
+	r := outage(t, s, 20)
+	defer logWhyOnFailure(t, s.checkout)
 
 	for outcome, n := range r.Health.All.Outcomes {
 		if outcome != "200" {
@@ -84,6 +87,23 @@ func TestProtectedModeSurvivesProviderOutage(t *testing.T) {
 // checkEveryOrderAccepted checks what a protected outage run must show of
 // its orders: every one answered 201 or 202, some deferred by the outage,
 // none lost and none charged twice.
+// logWhyOnFailure logs, if t failed, checkout's 5xx requests and its
+// warnings other than deferrals: a 503 logged as a request is the handler's
+// (storage unavailable), one not logged is the API pool's shedding.
+func logWhyOnFailure(t *testing.T, checkout *process.Process) {
+	if !t.Failed() {
+		return
+	}
+	var why []string
+	for line := range strings.Lines(checkout.Logs()) {
+		if strings.Contains(line, `"status":5`) || strings.Contains(line, `"level":"ERROR"`) ||
+			strings.Contains(line, `"level":"WARN"`) && !strings.Contains(line, "payment deferred to the worker") {
+			why = append(why, line)
+		}
+	}
+	t.Logf("checkout's 5xx requests and warnings (%d):\n%s", len(why), strings.Join(why, ""))
+}
+
 func checkEveryOrderAccepted(t *testing.T, r experiment.Report, alsoAllowed ...string) {
 	t.Helper()
 	for outcome, n := range r.Checkout.All.Outcomes {
